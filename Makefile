@@ -1,0 +1,35 @@
+# Outbox: make help lists the targets.
+SHELL := /bin/bash
+GOLANGCI_LINT_VERSION := 2.15.0
+GOBIN ?= $(shell go env GOPATH)/bin
+GOLANGCI_LINT := $(GOBIN)/golangci-lint
+# Every module of the go.work, in order.
+MODULES := $(shell go list -m -f '{{.Dir}}' | sed "s|^$(CURDIR)|.|")
+
+.PHONY: help test vet lint unit bench tools tidy
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+test: vet lint unit ## go vet, golangci-lint and go test -race over every module
+
+vet: ## go vet every module
+	@for m in $(MODULES); do echo "== vet $$m"; (cd $$m && go vet ./...) || exit 1; done
+
+lint: tools ## golangci-lint (pinned) every module
+	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || exit 1; done
+
+unit: ## go test -race every module
+	@for m in $(MODULES); do echo "== test $$m"; (cd $$m && go test -race -count=1 -timeout 20m ./...) || exit 1; done
+
+bench: ## benchmark programs and Go benchmarks; writes bench/RESULTS.md
+	cd bench && go run ./cmd/writerbench -out RESULTS.md
+
+tidy: ## go mod tidy every module on its own
+	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
+
+tools: ## install the pinned golangci-lint when missing or of another version
+	@if ! $(GOLANGCI_LINT) version 2>/dev/null | grep -q "version $(GOLANGCI_LINT_VERSION) "; then \
+		echo "installing golangci-lint v$(GOLANGCI_LINT_VERSION)"; \
+		GOBIN=$(GOBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$(GOLANGCI_LINT_VERSION); \
+	fi

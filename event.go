@@ -1,0 +1,53 @@
+package outbox
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ContentTypeJSON is the default content type of an event's payload.
+const ContentTypeJSON = "application/json"
+
+// Event is one event to enqueue. AggregateType, AggregateID and EventType are
+// required; every other field has a default.
+type Event struct {
+	// ID is the event's identity, sent as the message id and used by consumers to
+	// deduplicate. Default: a new UUIDv7 (time-ordered).
+	ID uuid.UUID
+	// AggregateType names the kind of entity the event is about, e.g. "order". Required.
+	AggregateType string
+	// AggregateID identifies the entity within its type. Required. Events of one
+	// (AggregateType, AggregateID) are published in write order.
+	AggregateID string
+	// AggregateVersion is the entity's version after this event, unique per aggregate.
+	// Default 0: no version. When set it must be ≥ 1; a second event with the same
+	// version of the same aggregate is refused with [ErrVersionConflict].
+	AggregateVersion int64
+	// EventType names what happened, e.g. "order.created". Required.
+	EventType string
+	// SchemaVersion is the version of the payload's schema. Default 1.
+	SchemaVersion int
+	// Topic overrides the sink's topic, subject or routing key. Default: the sink decides.
+	Topic string
+	// Headers are sent with the message. Names are HTTP-token characters; values are
+	// printable UTF-8 without CR, LF or NUL. Default: none.
+	Headers map[string]string
+	// ContentType of Payload. Default [ContentTypeJSON]. JSON content types
+	// ("application/json" and any "…+json") are stored as jsonb and must be valid JSON
+	// that PostgreSQL accepts; anything else is stored as bytes.
+	ContentType string
+	// Payload is the event's body. Default: none.
+	Payload []byte
+	// TraceParent is a W3C traceparent to link the relay's and consumers' spans to the
+	// producer's. Default: none.
+	TraceParent string
+	// AvailableAt delays delivery until then. Default: now (the transaction's time).
+	AvailableAt time.Time
+}
+
+// NewID returns a new UUIDv7, the kind of id Enqueue assigns when Event.ID is zero.
+// Set Event.ID to it when the caller needs the id before the event is written.
+func NewID() uuid.UUID {
+	return uuid.Must(uuid.NewV7())
+}

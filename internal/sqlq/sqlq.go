@@ -1,0 +1,77 @@
+// Package sqlq holds the project's SQL, embedded from .sql files, and renders it
+// for a configured schema. Nothing user-supplied is ever concatenated into SQL:
+// the only substitution is the schema name, validated by [QuoteSchema] first.
+package sqlq
+
+import (
+	"embed"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed queries/*.sql
+var files embed.FS
+
+// DefaultSchema is the schema used when none is configured.
+const DefaultSchema = "outbox"
+
+// maxIdentifierBytes is PostgreSQL's NAMEDATALEN - 1.
+const maxIdentifierBytes = 63
+
+// ValidateSchema reports whether name is an acceptable schema name: 1 to 63 bytes of
+// lowercase ASCII letters, digits and underscores, not starting with a digit and not
+// starting with "pg_" (reserved by PostgreSQL). The allow-list is deliberately
+// narrower than what quoting permits, so a schema name never needs explaining.
+func ValidateSchema(name string) error {
+	if name == "" {
+		return fmt.Errorf("schema name is empty")
+	}
+	if len(name) > maxIdentifierBytes {
+		return fmt.Errorf("schema name %q is %d bytes; at most %d are allowed", name, len(name), maxIdentifierBytes)
+	}
+	for i, r := range name {
+		ok := r == '_' || (r >= 'a' && r <= 'z') || (i > 0 && r >= '0' && r <= '9')
+		if !ok {
+			return fmt.Errorf("schema name %q: character %q at byte %d is not allowed (use lowercase letters, digits and underscores, starting with a letter or underscore)", name, r, i)
+		}
+	}
+	if strings.HasPrefix(name, "pg_") {
+		return fmt.Errorf("schema name %q: the pg_ prefix is reserved by PostgreSQL", name)
+	}
+	return nil
+}
+
+// QuoteSchema validates name and returns it quoted as an SQL identifier.
+func QuoteSchema(name string) (string, error) {
+	if err := ValidateSchema(name); err != nil {
+		return "", err
+	}
+	return pgx.Identifier{name}.Sanitize(), nil
+}
+
+// Render returns the text of text with every {{schema}} replaced by the quoted schema.
+// The schema must already be validated (see [QuoteSchema]).
+func Render(text, quotedSchema string) string {
+	return strings.ReplaceAll(text, "{{schema}}", quotedSchema)
+}
+
+var cache sync.Map // "name\x00schema" -> rendered SQL
+
+// Query returns the named query from queries/<name>.sql rendered for quotedSchema.
+// It panics on an unknown name: the set of queries is fixed at compile time.
+func Query(name, quotedSchema string) string {
+	key := name + "\x00" + quotedSchema
+	if s, ok := cache.Load(key); ok {
+		return s.(string)
+	}
+	b, err := files.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		panic(fmt.Sprintf("sqlq: unknown query %q", name))
+	}
+	s := Render(string(b), quotedSchema)
+	cache.Store(key, s)
+	return s
+}

@@ -1,0 +1,208 @@
+// Package outboxmigrate creates and upgrades the outbox schema: numbered SQL
+// migrations embedded in the binary, applied in one transaction under a
+// transaction-scoped advisory lock, so any number of processes may migrate at once.
+//
+// Teams that run their own migration tool (goose, atlas, tern, …) can take the SQL
+// instead: [Migrator.Migrations] returns each migration rendered for the configured
+// schema.
+package outboxmigrate
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"log/slog"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/internal/sqlq"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// lockClass is the advisory-lock class of migrations ('outm'); the key is a hash of the schema.
+const lockClass = 1869968749
+
+// Config configures a [Migrator]. Nil means the defaults.
+type Config struct {
+	// Schema is the schema to create or upgrade. Default "outbox". It must be a plain
+	// identifier: lowercase letters, digits and underscores, at most 63 bytes.
+	Schema string
+	// Logger receives one line per applied migration. Default: discard.
+	Logger *slog.Logger
+}
+
+// Migration is one numbered migration, rendered for the configured schema.
+type Migration struct {
+	// Version is the migration's number, from its file name (0001_init.sql → 1).
+	Version int
+	// Name is the rest of the file name (init).
+	Name string
+	// SQL is the migration's text with the schema substituted.
+	SQL string
+}
+
+// Migrator applies the outbox migrations to one schema.
+type Migrator struct {
+	schema     string
+	quoted     string
+	logger     *slog.Logger
+	migrations []Migration
+}
+
+// New returns a Migrator for cfg.
+func New(cfg *Config) (*Migrator, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	schema := cfg.Schema
+	if schema == "" {
+		schema = sqlq.DefaultSchema
+	}
+	quoted, err := sqlq.QuoteSchema(schema)
+	if err != nil {
+		return nil, fmt.Errorf("Config.Schema: %w", err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	migrations, err := load(quoted)
+	if err != nil {
+		return nil, err
+	}
+	return &Migrator{schema: schema, quoted: quoted, logger: logger, migrations: migrations}, nil
+}
+
+func load(quoted string) ([]Migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("list migrations: %w", err)
+	}
+	sort.Strings(names)
+	out := make([]Migration, 0, len(names))
+	for i, name := range names {
+		base := strings.TrimSuffix(path.Base(name), ".sql")
+		num, rest, _ := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if err != nil || v != i+1 {
+			return nil, fmt.Errorf("migration %s: expected number %04d", name, i+1)
+		}
+		b, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", name, err)
+		}
+		out = append(out, Migration{Version: v, Name: rest, SQL: sqlq.Render(string(b), quoted)})
+	}
+	return out, nil
+}
+
+// Migrations returns every migration, in order, rendered for the configured schema.
+func (m *Migrator) Migrations() []Migration {
+	return append([]Migration(nil), m.migrations...)
+}
+
+// Latest returns the highest migration version this build knows.
+func (m *Migrator) Latest() int { return len(m.migrations) }
+
+// Result says what [Migrator.Migrate] did.
+type Result struct {
+	// Applied lists the versions applied by this call, in order; empty when the schema
+	// was already current.
+	Applied []int
+	// Version is the schema's version after the call.
+	Version int
+}
+
+// Migrate applies every migration not yet applied, in one transaction begun on db.
+// A transaction-scoped advisory lock (never a session lock, which a pooled connection
+// could keep or lose silently) serialises concurrent migrators of the same schema;
+// the second finds the work done and applies nothing.
+func (m *Migrator) Migrate(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+},
+) (Result, error) {
+	var res Result
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", lockClass, m.lockKey()); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, sqlq.Render(versionTableSQL, m.quoted)); err != nil {
+			return fmt.Errorf("create version table: %w", err)
+		}
+		current, err := currentVersion(ctx, tx, m.quoted)
+		if err != nil {
+			return err
+		}
+		if current > len(m.migrations) {
+			return fmt.Errorf("schema %s is at version %d, newer than this build knows (%d): upgrade the binary", m.schema, current, len(m.migrations))
+		}
+		for _, mig := range m.migrations[current:] {
+			if _, err := tx.Exec(ctx, mig.SQL); err != nil {
+				return fmt.Errorf("apply migration %04d_%s: %w", mig.Version, mig.Name, err)
+			}
+			if _, err := tx.Exec(ctx, sqlq.Render(recordVersionSQL, m.quoted), mig.Version, mig.Name); err != nil {
+				return fmt.Errorf("record migration %04d: %w", mig.Version, err)
+			}
+			m.logger.InfoContext(ctx, "applied migration", slog.String("schema", m.schema), slog.Int("version", mig.Version), slog.String("name", mig.Name))
+			res.Applied = append(res.Applied, mig.Version)
+		}
+		res.Version = len(m.migrations)
+		return nil
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("migrate schema %s: %w", m.schema, err)
+	}
+	return res, nil
+}
+
+// Version returns the schema's current version (0 when it was never migrated).
+func (m *Migrator) Version(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+},
+) (int, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", m.quoted+".schema_migrations").Scan(&exists); err != nil {
+		return 0, fmt.Errorf("look up version table: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	if err := db.QueryRow(ctx, sqlq.Render(currentVersionSQL, m.quoted)).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+func (m *Migrator) lockKey() int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(m.schema))
+	return int32(h.Sum32()) //nolint:gosec // a hash: wrapping is intended
+}
+
+func currentVersion(ctx context.Context, tx pgx.Tx, quoted string) (int, error) {
+	var v int
+	if err := tx.QueryRow(ctx, sqlq.Render(currentVersionSQL, quoted)).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+const (
+	versionTableSQL = `CREATE SCHEMA IF NOT EXISTS {{schema}};
+CREATE TABLE IF NOT EXISTS {{schema}}.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
+	currentVersionSQL = `SELECT coalesce(max(version), 0) FROM {{schema}}.schema_migrations`
+	recordVersionSQL  = `INSERT INTO {{schema}}.schema_migrations (version, name) VALUES ($1, $2)`
+)

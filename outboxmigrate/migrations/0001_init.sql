@@ -1,0 +1,121 @@
+-- 0001_init: the events table, its indexes, and the relay's coordination tables.
+--
+-- Immutable once released: later changes go in new numbered files.
+-- {{schema}} is replaced by the quoted schema name before this runs.
+-- The index budget is explained in docs/adr/0002-index-budget.md.
+
+CREATE SCHEMA IF NOT EXISTS {{schema}};
+
+-- partition_of maps an aggregate key to one of 4096 fixed event partitions.
+-- It is md5-based so any language can compute the same value:
+-- the first two bytes of md5(aggregate_type || E'\x1f' || aggregate_id), big endian, mod 4096.
+-- Relay partitions (relay_config.partitions) cover contiguous ranges of these,
+-- so the relay's partition count can change without rewriting a row.
+CREATE FUNCTION {{schema}}.partition_of(aggregate_type text, aggregate_id text)
+RETURNS smallint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN (('x' || substr(md5(aggregate_type || chr(31) || aggregate_id), 1, 4))::bit(16)::integer % 4096)::smallint;
+
+CREATE TABLE {{schema}}.events (
+    -- write order; per aggregate it is commit order while writers take the aggregate lock
+    seq               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- the event's identity: UUIDv7 unless the writer supplied one; sent as the message id
+    id                uuid NOT NULL,
+    aggregate_type    text NOT NULL CHECK (aggregate_type <> ''),
+    aggregate_id      text NOT NULL CHECK (aggregate_id <> ''),
+    -- optional; unique per aggregate when set
+    aggregate_version bigint CHECK (aggregate_version > 0),
+    partition         smallint NOT NULL GENERATED ALWAYS AS ({{schema}}.partition_of(aggregate_type, aggregate_id)) STORED,
+    event_type        text NOT NULL CHECK (event_type <> ''),
+    schema_version    integer NOT NULL DEFAULT 1 CHECK (schema_version >= 1),
+    -- overrides the sink's topic/subject/routing key when set
+    topic             text,
+    headers           jsonb NOT NULL DEFAULT '{}',
+    content_type      text NOT NULL DEFAULT 'application/json',
+    -- exactly one of payload (JSON content types) and payload_bytes (anything else) is set,
+    -- or neither for an event without a body
+    payload           jsonb,
+    payload_bytes     bytea,
+    trace_parent      text,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    -- next attempt; also delayed delivery
+    available_at      timestamptz NOT NULL DEFAULT now(),
+    attempts          integer NOT NULL DEFAULT 0,
+    last_error        text,
+    published_at      timestamptz,
+    -- dead: out of attempts or failed permanently; holds its aggregate until replayed or discarded
+    dead_at           timestamptz,
+    -- discarded by an operator (with a reason in replays); a discarded event holds nothing
+    discarded_at      timestamptz,
+    CONSTRAINT events_one_payload CHECK (payload IS NULL OR payload_bytes IS NULL),
+    CONSTRAINT events_terminal CHECK (published_at IS NULL OR dead_at IS NULL),
+    CONSTRAINT events_discard_is_dead CHECK (discarded_at IS NULL OR dead_at IS NOT NULL)
+);
+
+-- The dedup identity; also the arbiter of Enqueue's ON CONFLICT DO NOTHING.
+CREATE UNIQUE INDEX events_id_key ON {{schema}}.events (id);
+
+-- Concurrent writers of one aggregate version serialise here; only rows with a version pay for it.
+CREATE UNIQUE INDEX events_aggregate_version_key ON {{schema}}.events (aggregate_type, aggregate_id, aggregate_version)
+    WHERE aggregate_version IS NOT NULL;
+
+-- Pending rows in write order: the claim scan. Partial, so its size follows the backlog,
+-- not the table; published and dead rows leave it.
+CREATE INDEX events_pending ON {{schema}}.events (seq)
+    WHERE published_at IS NULL AND dead_at IS NULL;
+
+-- Pending rows by aggregate: the ordered mode's "is this row its aggregate's head" probe.
+CREATE INDEX events_pending_aggregate ON {{schema}}.events (aggregate_type, aggregate_id, seq)
+    WHERE published_at IS NULL AND dead_at IS NULL;
+
+-- Dead rows that still hold their aggregate: few by nature, so nearly free.
+CREATE INDEX events_held ON {{schema}}.events (aggregate_type, aggregate_id, seq)
+    WHERE dead_at IS NOT NULL AND discarded_at IS NULL;
+
+-- Dead letters: dead and not discarded.
+CREATE VIEW {{schema}}.dead_letters AS
+SELECT seq, id, aggregate_type, aggregate_id, aggregate_version, partition, event_type,
+       schema_version, topic, created_at, attempts, last_error, dead_at
+FROM {{schema}}.events
+WHERE dead_at IS NOT NULL AND discarded_at IS NULL;
+
+-- The slim audit row kept by the "archive" retention mode after the event row is purged.
+CREATE TABLE {{schema}}.events_archive (
+    id                uuid PRIMARY KEY,
+    seq               bigint NOT NULL,
+    aggregate_type    text NOT NULL,
+    aggregate_id      text NOT NULL,
+    aggregate_version bigint,
+    event_type        text NOT NULL,
+    created_at        timestamptz NOT NULL,
+    published_at      timestamptz,
+    archived_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row: the settings every relay instance must agree on.
+CREATE TABLE {{schema}}.relay_config (
+    singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    mode       text NOT NULL CHECK (mode IN ('ordered', 'unordered')),
+    partitions integer NOT NULL CHECK (partitions BETWEEN 1 AND 4096),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per relay partition; the epoch is bumped on every acquisition and fences stale owners.
+CREATE TABLE {{schema}}.leases (
+    partition    integer PRIMARY KEY CHECK (partition >= 0),
+    owner        text,
+    epoch        bigint NOT NULL DEFAULT 0,
+    acquired_at  timestamptz,
+    renewed_at   timestamptz,
+    expires_at   timestamptz NOT NULL DEFAULT '-infinity'
+);
+
+-- Audit of operator actions on events: who, when, why, which.
+CREATE TABLE {{schema}}.replays (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    action     text NOT NULL CHECK (action IN ('replay', 'discard')),
+    actor      text NOT NULL CHECK (actor <> ''),
+    reason     text NOT NULL CHECK (reason <> ''),
+    event_ids  uuid[] NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
