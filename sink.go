@@ -1,0 +1,96 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Message is one event as the relay hands it to a [Sink].
+type Message struct {
+	// ID is the event's identity: send it as the broker's message id / dedup key.
+	ID uuid.UUID
+	// Seq is the event's write order.
+	Seq              int64
+	AggregateType    string
+	AggregateID      string
+	AggregateVersion int64 // 0: none
+	EventType        string
+	SchemaVersion    int
+	// Topic is the event's topic override; empty means the sink's default routing.
+	Topic       string
+	Headers     map[string]string
+	ContentType string
+	Payload     []byte
+	TraceParent string
+	CreatedAt   time.Time
+	// Attempt is 1 for the first publish attempt of this event, 2 for the next, and so on.
+	Attempt int
+}
+
+// Sink publishes messages to a broker. It is the relay's only view of the broker.
+//
+// The contract, which package sinktest checks for every sink:
+//   - Publish returns exactly one result per message, in the same order; nil means the
+//     broker acknowledged that message (it is durable there).
+//   - Messages of one aggregate (AggregateType, AggregateID) appear in msgs in write
+//     order and must reach the broker in that order. When one of them fails, every
+//     later message of the same aggregate in the call must fail too, unsent (return
+//     [ErrNotSent] for them) — or the sink keeps at most one message per aggregate in
+//     flight. Messages of different aggregates may be published concurrently.
+//   - Wrap an error with [Permanent] when retrying cannot help (too large, unroutable,
+//     refused by the broker's schema); with [Unavailable] when the broker as a whole
+//     cannot be reached (connection refused, no leader). Plain errors are transient
+//     for that message.
+//   - Publish honours ctx: when it is done, return promptly; messages without an ack
+//     are failed.
+type Sink interface {
+	Publish(ctx context.Context, msgs []Message) []error
+}
+
+// ErrNotSent is the result for a message a sink did not try to send because an
+// earlier message of the same aggregate failed in the same call.
+var ErrNotSent = errors.New("not sent: an earlier message of the same aggregate failed")
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as permanent: retrying the message cannot succeed. The relay
+// counts the attempt and parks the event as dead (with err as its reason) at once.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with [Permanent].
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string { return "sink unavailable: " + e.err.Error() }
+func (e unavailableError) Unwrap() error { return e.err }
+
+// Unavailable marks err as a failure of the whole sink (broker down, connection
+// refused), not of one message. The relay counts no attempt, opens its breaker and
+// probes until the sink is back.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return unavailableError{err}
+}
+
+// IsUnavailable reports whether err was marked with [Unavailable].
+func IsUnavailable(err error) bool {
+	var u unavailableError
+	return errors.As(err, &u)
+}
