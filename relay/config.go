@@ -1,0 +1,174 @@
+package relay
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/sqlq"
+	"github.com/outboxkit/outbox/outboxmigrate"
+)
+
+// Mode says whether the relay keeps per-aggregate order.
+type Mode string
+
+const (
+	// Ordered publishes the events of one aggregate in write order: an event is
+	// published only when every earlier event of its aggregate is published (or
+	// discarded, or dead under PublishPastDead). The default.
+	Ordered Mode = "ordered"
+	// Unordered publishes the oldest available events, whatever their aggregate, for
+	// maximum throughput.
+	Unordered Mode = "unordered"
+)
+
+// RetentionMode says what happens to published events.
+type RetentionMode string
+
+const (
+	// KeepThenDelete keeps published events for Retention.Keep, then deletes them. The default.
+	KeepThenDelete RetentionMode = "keep-then-delete"
+	// DeleteOnPublish deletes an event in the same transaction that records it published.
+	DeleteOnPublish RetentionMode = "delete-on-publish"
+	// KeepThenArchive keeps published events for Retention.Keep, then moves a slim row
+	// (id, type, aggregate, times) to events_archive and deletes the event.
+	KeepThenArchive RetentionMode = "keep-then-archive"
+)
+
+// Retention configures what happens to published events. Dead events are never purged.
+type Retention struct {
+	// Mode: default KeepThenDelete.
+	Mode RetentionMode
+	// Keep is how long published events are kept. Default 7 days.
+	Keep time.Duration
+	// Interval between purge runs. Default 1 minute.
+	Interval time.Duration
+	// BatchSize is the seq range one purge statement covers. Default 1000.
+	BatchSize int
+}
+
+// Config configures a [Relay]. Nil or zero fields mean the defaults given at each field.
+type Config struct {
+	// Schema holding the outbox tables. Default "outbox".
+	Schema string
+	// Mode: default Ordered. Every relay of a schema must use the same mode
+	// (recorded in relay_config; a relay with another refuses to start).
+	Mode Mode
+	// Partitions is the number of relay partitions (recorded in relay_config like
+	// Mode). Default 16, at most 4096.
+	Partitions int
+	// BatchSize is the most events claimed by one batch (heads, in ordered mode).
+	// Default 100, between 1 and 10000.
+	BatchSize int
+	// MaxPerAggregate is, in ordered mode, the most events of one aggregate in a batch;
+	// they are handed to the sink in order. Default 10.
+	MaxPerAggregate int
+	// BatchTimeout is the time budget of one batch: claim, publish and mark. A publish
+	// still running then is abandoned (its events are published again later). Default 30s.
+	BatchTimeout time.Duration
+	// PollInterval is how long an idle relay waits before looking for work again.
+	// Default 500ms.
+	PollInterval time.Duration
+	// Concurrency is the number of batches in flight at once. Default 1.
+	Concurrency int
+	// MaxAttempts is the attempt budget of an event failing transiently; it is dead
+	// when spent. Default 10. A permanent failure ([outbox.Permanent]) is dead at once.
+	MaxAttempts int
+	// RetryBaseDelay is the backoff after the first failed attempt; each further
+	// attempt doubles it, with full jitter, up to RetryMaxDelay. Default 1s.
+	RetryBaseDelay time.Duration
+	// RetryMaxDelay caps the backoff. Default 10 minutes.
+	RetryMaxDelay time.Duration
+	// PublishPastDead lists aggregate types whose dead events do not hold the rest of
+	// their aggregate: later events are published past the hole. Default: none — a dead
+	// event holds its aggregate until it is replayed or discarded.
+	PublishPastDead []string
+	// BreakerMinAggregates: a batch in which nothing succeeded and failures span at
+	// least this many distinct aggregates means the sink is down (as does any error
+	// wrapped with outbox.Unavailable). Default 3.
+	BreakerMinAggregates int
+	// BreakerInitialDelay is how long the breaker stays open before the first probe;
+	// it doubles after each failed probe up to BreakerMaxDelay. Defaults 1s and 30s.
+	BreakerInitialDelay time.Duration
+	// BreakerMaxDelay caps the breaker's wait between probes. Default 30s.
+	BreakerMaxDelay time.Duration
+	// ShutdownTimeout bounds how long Run waits for in-flight batches after its
+	// context is cancelled; then their transactions are abandoned (rolled back), so
+	// their events stay pending. Default 10s.
+	ShutdownTimeout time.Duration
+	// Retention of published events.
+	Retention Retention
+	// Logger: default discard.
+	Logger *slog.Logger
+}
+
+const (
+	maxBatchSize = 10000
+	dayLong      = 24 * time.Hour
+)
+
+// withDefaults returns a copy of c with defaults filled in, or an error naming the
+// first invalid field.
+func (c *Config) withDefaults() (Config, error) {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	cfg.Schema = cmp.Or(cfg.Schema, sqlq.DefaultSchema)
+	cfg.Mode = cmp.Or(cfg.Mode, Ordered)
+	cfg.Partitions = cmp.Or(cfg.Partitions, 16)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 100)
+	cfg.MaxPerAggregate = cmp.Or(cfg.MaxPerAggregate, 10)
+	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, 30*time.Second)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.RetryBaseDelay = cmp.Or(cfg.RetryBaseDelay, time.Second)
+	cfg.RetryMaxDelay = cmp.Or(cfg.RetryMaxDelay, 10*time.Minute)
+	cfg.BreakerMinAggregates = cmp.Or(cfg.BreakerMinAggregates, 3)
+	cfg.BreakerInitialDelay = cmp.Or(cfg.BreakerInitialDelay, time.Second)
+	cfg.BreakerMaxDelay = cmp.Or(cfg.BreakerMaxDelay, 30*time.Second)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 10*time.Second)
+	cfg.Retention.Mode = cmp.Or(cfg.Retention.Mode, KeepThenDelete)
+	cfg.Retention.Keep = cmp.Or(cfg.Retention.Keep, 7*dayLong)
+	cfg.Retention.Interval = cmp.Or(cfg.Retention.Interval, time.Minute)
+	cfg.Retention.BatchSize = cmp.Or(cfg.Retention.BatchSize, 1000)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	if err := sqlq.ValidateSchema(cfg.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("Schema: %w", err))
+	}
+	check(cfg.Mode == Ordered || cfg.Mode == Unordered, "Mode must be %q or %q, got %q", Ordered, Unordered, cfg.Mode)
+	check(cfg.Partitions >= 1 && cfg.Partitions <= outboxmigrate.EventPartitions, "Partitions must be between 1 and %d, got %d", outboxmigrate.EventPartitions, cfg.Partitions)
+	check(cfg.BatchSize >= 1 && cfg.BatchSize <= maxBatchSize, "BatchSize must be between 1 and %d, got %d", maxBatchSize, cfg.BatchSize)
+	check(cfg.MaxPerAggregate >= 1 && cfg.MaxPerAggregate <= maxBatchSize, "MaxPerAggregate must be between 1 and %d, got %d", maxBatchSize, cfg.MaxPerAggregate)
+	check(cfg.BatchTimeout > 0, "BatchTimeout must be positive, got %s", cfg.BatchTimeout)
+	check(cfg.PollInterval > 0, "PollInterval must be positive, got %s", cfg.PollInterval)
+	check(cfg.Concurrency >= 1 && cfg.Concurrency <= 64, "Concurrency must be between 1 and 64, got %d", cfg.Concurrency)
+	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)
+	check(cfg.RetryBaseDelay > 0, "RetryBaseDelay must be positive, got %s", cfg.RetryBaseDelay)
+	check(cfg.RetryMaxDelay >= cfg.RetryBaseDelay, "RetryMaxDelay (%s) must be at least RetryBaseDelay (%s)", cfg.RetryMaxDelay, cfg.RetryBaseDelay)
+	check(cfg.BreakerMinAggregates >= 1, "BreakerMinAggregates must be at least 1, got %d", cfg.BreakerMinAggregates)
+	check(cfg.BreakerInitialDelay > 0, "BreakerInitialDelay must be positive, got %s", cfg.BreakerInitialDelay)
+	check(cfg.BreakerMaxDelay >= cfg.BreakerInitialDelay, "BreakerMaxDelay (%s) must be at least BreakerInitialDelay (%s)", cfg.BreakerMaxDelay, cfg.BreakerInitialDelay)
+	check(cfg.ShutdownTimeout > 0, "ShutdownTimeout must be positive, got %s", cfg.ShutdownTimeout)
+	check(cfg.Retention.Mode == KeepThenDelete || cfg.Retention.Mode == DeleteOnPublish || cfg.Retention.Mode == KeepThenArchive,
+		"Retention.Mode must be %q, %q or %q, got %q", KeepThenDelete, DeleteOnPublish, KeepThenArchive, cfg.Retention.Mode)
+	check(cfg.Retention.Keep > 0, "Retention.Keep must be positive, got %s", cfg.Retention.Keep)
+	check(cfg.Retention.Interval > 0, "Retention.Interval must be positive, got %s", cfg.Retention.Interval)
+	check(cfg.Retention.BatchSize >= 1 && cfg.Retention.BatchSize <= 100000, "Retention.BatchSize must be between 1 and 100000, got %d", cfg.Retention.BatchSize)
+	if len(errs) > 0 {
+		return Config{}, fmt.Errorf("relay config: %w", errors.Join(errs...))
+	}
+	return cfg, nil
+}

@@ -1,0 +1,77 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/internal/sqlq"
+)
+
+// Action is an operator's request to replay or discard events.
+type Action struct {
+	// Schema holding the outbox tables. Default "outbox".
+	Schema string
+	// IDs of the events. Required.
+	IDs []uuid.UUID
+	// Actor says who acts (a user name, a ticket). Required; recorded in replays.
+	Actor string
+	// Reason says why. Required; recorded in replays.
+	Reason string
+}
+
+func (a Action) validate() (string, error) {
+	schema := a.Schema
+	if schema == "" {
+		schema = sqlq.DefaultSchema
+	}
+	quoted, err := sqlq.QuoteSchema(schema)
+	if err != nil {
+		return "", fmt.Errorf("Schema: %w", err)
+	}
+	switch {
+	case len(a.IDs) == 0:
+		return "", errors.New("IDs must name at least one event")
+	case a.Actor == "":
+		return "", errors.New("Actor must not be empty: replays and discards are audited")
+	case a.Reason == "":
+		return "", errors.New("Reason must not be empty: replays and discards are audited")
+	}
+	return quoted, nil
+}
+
+// Replay makes dead (or discarded) events pending again with a fresh attempt budget,
+// records who and why in the replays table, and returns the ids it replayed; events
+// that are not dead are left alone. In ordered mode a replayed event becomes its
+// aggregate's head again, and the events it held follow it in order.
+func Replay(ctx context.Context, pool *pgxpool.Pool, a Action) ([]uuid.UUID, error) {
+	return act(ctx, pool, a, "replay")
+}
+
+// Discard gives up on events that are not published (dead or still pending), records
+// who and why, and returns the ids it discarded. A discarded event is never published
+// and no longer holds its aggregate. An event a relay is publishing right now is
+// waited for: if that publish succeeds, the event is not discarded.
+func Discard(ctx context.Context, pool *pgxpool.Pool, a Action) ([]uuid.UUID, error) {
+	return act(ctx, pool, a, "discard")
+}
+
+func act(ctx context.Context, pool *pgxpool.Pool, a Action, query string) ([]uuid.UUID, error) {
+	quoted, err := a.validate()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", query, err)
+	}
+	rows, err := pool.Query(ctx, sqlq.Query(query, quoted), a.IDs, a.Actor, a.Reason)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", query, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", query, err)
+	}
+	return ids, nil
+}

@@ -1,0 +1,333 @@
+// Package relay publishes committed outbox events to a [outbox.Sink]: it claims a
+// bounded batch of pending events (row locks held in a claim transaction), publishes
+// them, and records each outcome — published, retry later, or dead — in the same
+// transaction. A crash anywhere in between rolls the claim back, so the events are
+// published again: at least once, never lost.
+//
+// In Ordered mode (the default) an event is claimed only when it is its aggregate's
+// head, so the first delivery of each event of one aggregate follows write order, also
+// when a publish fails mid-batch. Failures are sorted into permanent (dead at once),
+// transient for one message (retried with backoff, dead when the attempt budget is
+// spent) and sink down (a breaker opens; nothing counts an attempt).
+package relay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/failpoint"
+	"github.com/outboxkit/outbox/internal/sqlq"
+	"github.com/outboxkit/outbox/outboxmigrate"
+)
+
+// Relay publishes the events of one outbox schema to one sink. Create it with [New]
+// and start it with [Relay.Run].
+type Relay struct {
+	pool    *pgxpool.Pool
+	sink    outbox.Sink
+	cfg     Config
+	log     *slog.Logger
+	breaker *breaker
+	wake    chan struct{}
+	stats   counters
+
+	claimSQL, settleSQL, configSQL       string
+	purgeSQL, purgeNextSQL, purgeLockSQL string
+	iitTimeout                           string
+}
+
+// New returns a relay publishing from the schema in cfg (nil: defaults) to sink.
+func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("relay: pool is nil")
+	}
+	if sink == nil {
+		return nil, errors.New("relay: sink is nil")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	quoted, err := sqlq.QuoteSchema(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("relay config: Schema: %w", err)
+	}
+	claim := "claim_ordered"
+	if c.Mode == Unordered {
+		claim = "claim_unordered"
+	}
+	// A claim transaction is idle while the sink publishes; past the batch's budget plus
+	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
+	iit := c.BatchTimeout + 30*time.Second
+	return &Relay{
+		pool:         pool,
+		sink:         sink,
+		cfg:          c,
+		log:          c.Logger,
+		breaker:      newBreaker(c.BreakerInitialDelay, c.BreakerMaxDelay),
+		wake:         make(chan struct{}, 1),
+		claimSQL:     sqlq.Query(claim, quoted),
+		settleSQL:    sqlq.Query("settle", quoted),
+		configSQL:    sqlq.Query("relay_config", quoted),
+		purgeSQL:     sqlq.Query("purge", quoted),
+		purgeNextSQL: sqlq.Query("purge_next", quoted),
+		purgeLockSQL: sqlq.Query("purge_lock", quoted),
+		iitTimeout:   fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds()),
+	}, nil
+}
+
+// Wake asks the relay to look for work now rather than after its poll interval.
+// It never blocks; wake-ups coalesce.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// ErrConfigMismatch is returned by Run when relay_config records another mode or
+// partition count than this relay's.
+var ErrConfigMismatch = errors.New("relay settings differ from relay_config")
+
+// Run publishes until ctx is cancelled, then stops claiming, lets in-flight batches
+// finish within Config.ShutdownTimeout (abandoning them after that: their events stay
+// pending), and returns nil. It returns an error when it cannot start (settings that
+// differ from relay_config) or when a batch fails in a way that calls for a restart.
+func (r *Relay) Run(ctx context.Context) error {
+	if err := r.checkConfig(ctx); err != nil {
+		return err
+	}
+	// Batches run on hard, which outlives ctx by ShutdownTimeout.
+	hard, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardCancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.ShutdownTimeout, hardCancel) })
+	defer stop()
+
+	var (
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	fail, failCancel := context.WithCancel(ctx)
+	defer failCancel()
+	for range r.cfg.Concurrency {
+		wg.Go(func() {
+			if err := r.work(fail, hard); err != nil {
+				errOnce.Do(func() { firstErr = err; failCancel() })
+			}
+		})
+	}
+	if r.cfg.Retention.Mode != DeleteOnPublish {
+		wg.Go(func() { r.retain(fail) })
+	}
+	wg.Wait()
+	return firstErr
+}
+
+func (r *Relay) checkConfig(ctx context.Context) error {
+	var (
+		mode       string
+		partitions int
+	)
+	if err := r.pool.QueryRow(ctx, r.configSQL, string(r.cfg.Mode), r.cfg.Partitions).Scan(&mode, &partitions); err != nil {
+		return fmt.Errorf("relay: read relay_config: %w", err)
+	}
+	if Mode(mode) != r.cfg.Mode || partitions != r.cfg.Partitions {
+		return fmt.Errorf("relay: %w: this relay has mode=%s partitions=%d, relay_config has mode=%s partitions=%d; mixing them would break order — change relay_config only when every relay is stopped",
+			ErrConfigMismatch, r.cfg.Mode, r.cfg.Partitions, mode, partitions)
+	}
+	return nil
+}
+
+// work runs batches until ctx is done. Batches use hard, so one in flight when ctx is
+// cancelled can still finish.
+func (r *Relay) work(ctx, hard context.Context) error {
+	for ctx.Err() == nil {
+		if ok, wait := r.breaker.acquire(time.Now()); !ok {
+			r.sleep(ctx, wait, false)
+			continue
+		}
+		res, err := r.runBatch(hard, 0, outboxmigrate.EventPartitions-1)
+		switch {
+		case errors.Is(err, failpoint.ErrCrash):
+			return err
+		case err != nil:
+			r.breaker.inconclusive()
+			if hard.Err() != nil {
+				return nil // shut down mid-batch: abandoned, events stay pending
+			}
+			r.stats.errors.Add(1)
+			r.log.WarnContext(ctx, "batch failed", slog.Any("error", err))
+			r.sleep(ctx, r.cfg.PollInterval, false)
+		case res.claimed == 0:
+			r.breaker.inconclusive()
+			r.sleep(ctx, r.cfg.PollInterval, true)
+		}
+	}
+	return nil
+}
+
+// sleep waits d, or until ctx is done, or (when wakeable) until Wake is called.
+func (r *Relay) sleep(ctx context.Context, d time.Duration, wakeable bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var wake <-chan struct{}
+	if wakeable {
+		wake = r.wake
+	}
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-wake:
+	}
+}
+
+// batchResult counts what one batch did.
+type batchResult struct{ claimed, published, retried, dead int }
+
+// runBatch claims, publishes and settles one batch from event partitions [lo, hi].
+func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
+	var res batchResult
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout+10*time.Second)
+	defer cancel()
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("begin claim: %w", err)
+	}
+	defer func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		_ = tx.Rollback(rctx) // after Commit: a no-op
+	}()
+
+	msgs, err := r.claim(ctx, tx, lo, hi)
+	if err != nil {
+		return res, err
+	}
+	res.claimed = len(msgs)
+	if len(msgs) == 0 {
+		return res, nil
+	}
+	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {
+		return res, err
+	}
+
+	pctx, pcancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
+	results := r.sink.Publish(pctx, msgs)
+	pcancel()
+	if err := failpoint.Inject(failpoint.AfterPublish); err != nil {
+		return res, err
+	}
+	if len(results) != len(msgs) {
+		r.breaker.down(time.Now())
+		return res, fmt.Errorf("sink returned %d results for %d messages (a sink bug): batch abandoned", len(results), len(msgs))
+	}
+
+	out, down := r.outcomes(msgs, results)
+	if down {
+		if r.breaker.down(time.Now()) {
+			r.stats.breakerOpens.Add(1)
+			r.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(results)))
+		}
+		r.stats.sinkDownBatches.Add(1)
+		return res, tx.Rollback(ctx)
+	}
+	if err := failpoint.Inject(failpoint.BeforeMark); err != nil {
+		return res, err
+	}
+	if len(out.seqs) > 0 {
+		if _, err := tx.Exec(ctx, r.settleSQL, out.seqs, out.outcomes, out.errs, out.delays, r.cfg.Retention.Mode == DeleteOnPublish); err != nil {
+			return res, fmt.Errorf("settle batch: %w", err)
+		}
+	}
+	if err := failpoint.Inject(failpoint.BeforeCommit); err != nil {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("commit batch: %w", err)
+	}
+	if out.published > 0 {
+		r.breaker.success()
+	} else {
+		r.breaker.inconclusive()
+	}
+	res.published, res.retried, res.dead = out.published, out.retried, out.dead
+	r.stats.add(res)
+	for _, d := range out.deadMsgs {
+		r.log.WarnContext(ctx, "event dead", slog.String("event_id", d.msg.ID.String()), slog.String("event_type", d.msg.EventType),
+			slog.String("aggregate_type", d.msg.AggregateType), slog.String("aggregate_id", d.msg.AggregateID),
+			slog.Int("attempt", d.msg.Attempt), slog.String("error", d.reason))
+	}
+	return res, nil
+}
+
+// claim runs the claim query and returns the messages to publish: per aggregate, the
+// contiguous prefix (rn = 1, 2, …) of locked, available rows.
+func (r *Relay) claim(ctx context.Context, tx pgx.Tx, lo, hi int) ([]outbox.Message, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(r.iitTimeout)
+	if r.cfg.Mode == Ordered {
+		batch.Queue(r.claimSQL, lo, hi, r.cfg.BatchSize, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead)
+	} else {
+		batch.Queue(r.claimSQL, lo, hi, r.cfg.BatchSize)
+	}
+	br := tx.SendBatch(ctx, batch)
+	defer func() { _ = br.Close() }()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("claim: set idle_in_transaction_session_timeout: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	type aggKey struct{ typ, id string }
+	next := map[aggKey]int{} // the rn the aggregate's next row must have to be published
+	var msgs []outbox.Message
+	for rows.Next() {
+		var (
+			m           outbox.Message
+			traceParent *string
+			attempts    int
+			rn          int
+			ready       bool
+		)
+		if err := rows.Scan(&m.Seq, &m.ID, &m.AggregateType, &m.AggregateID, &m.AggregateVersion, &m.EventType,
+			&m.SchemaVersion, &m.Topic, &m.Headers, &m.ContentType, &m.Payload, &traceParent, &m.CreatedAt,
+			&attempts, &rn, &ready); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim batch: read row: %w", err)
+		}
+		if traceParent != nil {
+			m.TraceParent = *traceParent
+		}
+		m.Attempt = attempts + 1
+		k := aggKey{m.AggregateType, m.AggregateID}
+		want := next[k]
+		if want == 0 {
+			want = 1
+		}
+		if r.cfg.Mode == Ordered && (rn != want || !ready) {
+			next[k] = -1 // a gap: nothing more of this aggregate in this batch
+			continue
+		}
+		next[k] = want + 1
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	// Rows come ordered by (rn, seq); hand them to the sink in seq order, so each
+	// aggregate's messages are in write order.
+	slices.SortFunc(msgs, func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) })
+	return msgs, nil
+}

@@ -1,0 +1,80 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// retain runs a purge every Retention.Interval until ctx is done.
+func (r *Relay) retain(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Retention.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := r.Purge(ctx); err != nil {
+			if ctx.Err() == nil {
+				r.log.WarnContext(ctx, "retention purge failed", slog.Any("error", err))
+			}
+		} else if n > 0 {
+			r.log.InfoContext(ctx, "retention purge", slog.Int64("purged", n))
+		}
+	}
+}
+
+// Purge removes (or, in KeepThenArchive mode, archives) events published more than
+// Retention.Keep ago, walking seq in key ranges of Retention.BatchSize, one short
+// transaction per range, and returns how many it removed. One relay purges at a time:
+// each range's transaction first takes a transaction-scoped advisory lock, and a relay
+// that does not get it stops (another is purging). Dead and pending events are never
+// purged. The relay calls Purge every Retention.Interval; call it to purge now.
+func (r *Relay) Purge(ctx context.Context) (int64, error) {
+	if r.cfg.Retention.Mode == DeleteOnPublish {
+		return 0, nil
+	}
+	cutoff := time.Now().Add(-r.cfg.Retention.Keep)
+	archive := r.cfg.Retention.Mode == KeepThenArchive
+	var (
+		total int64
+		start *int64
+	)
+	if err := r.pool.QueryRow(ctx, r.purgeNextSQL, int64(0)).Scan(&start); err != nil {
+		return 0, fmt.Errorf("purge: find start: %w", err)
+	}
+	for start != nil && ctx.Err() == nil {
+		var (
+			deleted, archived int64
+			newer, locked     bool
+			next              *int64
+		)
+		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, r.purgeLockSQL, r.cfg.Schema).Scan(&locked); err != nil || !locked {
+				return err
+			}
+			if err := tx.QueryRow(ctx, r.purgeSQL, *start, r.cfg.Retention.BatchSize, cutoff, archive).Scan(&deleted, &archived, &newer); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, r.purgeNextSQL, *start+int64(r.cfg.Retention.BatchSize)).Scan(&next)
+		})
+		if err != nil {
+			return total, fmt.Errorf("purge range from seq %d: %w", *start, err)
+		}
+		if !locked {
+			return total, nil // another relay is purging
+		}
+		total += deleted
+		r.stats.purged.Add(deleted)
+		if newer {
+			break
+		}
+		start = next
+	}
+	return total, nil
+}
