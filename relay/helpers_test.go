@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -226,4 +227,13 @@ func waitSQL(t *testing.T, pool *pgxpool.Pool, timeout time.Duration, want int, 
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("after %s: %s = %d, want %d", timeout, sql, got, want)
+}
+
+func parseIDs(t testing.TB, ids ...string) []uuid.UUID {
+	t.Helper()
+	out := make([]uuid.UUID, len(ids))
+	for i, s := range ids {
+		out[i] = uuid.MustParse(s)
+	}
+	return out
 }

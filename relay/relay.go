@@ -14,6 +14,7 @@ package relay
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -210,21 +211,24 @@ func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
 		_ = tx.Rollback(rctx) // after Commit: a no-op
 	}()
 
-	msgs, err := r.claim(ctx, tx, lo, hi)
+	msgs, bad, err := r.claim(ctx, tx, lo, hi)
 	if err != nil {
 		return res, err
 	}
-	res.claimed = len(msgs)
-	if len(msgs) == 0 {
+	res.claimed = len(msgs) + len(bad)
+	if res.claimed == 0 {
 		return res, nil
 	}
 	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {
 		return res, err
 	}
 
-	pctx, pcancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
-	results := r.sink.Publish(pctx, msgs)
-	pcancel()
+	var results []error
+	if len(msgs) > 0 {
+		pctx, pcancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
+		results = r.sink.Publish(pctx, msgs)
+		pcancel()
+	}
 	if err := failpoint.Inject(failpoint.AfterPublish); err != nil {
 		return res, err
 	}
@@ -240,7 +244,14 @@ func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
 			r.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(results)))
 		}
 		r.stats.sinkDownBatches.Add(1)
-		return res, tx.Rollback(ctx)
+		if len(bad) == 0 {
+			return res, tx.Rollback(ctx)
+		}
+	}
+	for _, b := range bad {
+		out.add(b.msg.Seq, "dead", &b.reason, 0)
+		out.dead++
+		out.deadMsgs = append(out.deadMsgs, deadMsg(b))
 	}
 	if err := failpoint.Inject(failpoint.BeforeMark); err != nil {
 		return res, err
@@ -256,9 +267,10 @@ func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("commit batch: %w", err)
 	}
-	if out.published > 0 {
+	switch {
+	case out.published > 0:
 		r.breaker.success()
-	} else {
+	case !down:
 		r.breaker.inconclusive()
 	}
 	res.published, res.retried, res.dead = out.published, out.retried, out.dead
@@ -273,7 +285,7 @@ func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
 
 // claim runs the claim query and returns the messages to publish: per aggregate, the
 // contiguous prefix (rn = 1, 2, …) of locked, available rows.
-func (r *Relay) claim(ctx context.Context, tx pgx.Tx, lo, hi int) ([]outbox.Message, error) {
+func (r *Relay) claim(ctx context.Context, tx pgx.Tx, lo, hi int) ([]outbox.Message, []badRow, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(r.iitTimeout)
 	if r.cfg.Mode == Ordered {
@@ -284,31 +296,32 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, lo, hi int) ([]outbox.Mess
 	br := tx.SendBatch(ctx, batch)
 	defer func() { _ = br.Close() }()
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("claim: set idle_in_transaction_session_timeout: %w", err)
+		return nil, nil, fmt.Errorf("claim: set idle_in_transaction_session_timeout: %w", err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("claim batch: %w", err)
+		return nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	type aggKey struct{ typ, id string }
 	next := map[aggKey]int{} // the rn the aggregate's next row must have to be published
-	var msgs []outbox.Message
+	var (
+		msgs []outbox.Message
+		bad  []badRow
+	)
 	for rows.Next() {
 		var (
 			m           outbox.Message
+			headers     []byte
 			traceParent *string
 			attempts    int
 			rn          int
 			ready       bool
 		)
 		if err := rows.Scan(&m.Seq, &m.ID, &m.AggregateType, &m.AggregateID, &m.AggregateVersion, &m.EventType,
-			&m.SchemaVersion, &m.Topic, &m.Headers, &m.ContentType, &m.Payload, &traceParent, &m.CreatedAt,
+			&m.SchemaVersion, &m.Topic, &headers, &m.ContentType, &m.Payload, &traceParent, &m.CreatedAt,
 			&attempts, &rn, &ready); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("claim batch: read row: %w", err)
-		}
-		if traceParent != nil {
-			m.TraceParent = *traceParent
+			return nil, nil, fmt.Errorf("claim batch: read row: %w", err)
 		}
 		m.Attempt = attempts + 1
 		k := aggKey{m.AggregateType, m.AggregateID}
@@ -321,13 +334,29 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, lo, hi int) ([]outbox.Mess
 			continue
 		}
 		next[k] = want + 1
+		if traceParent != nil {
+			m.TraceParent = *traceParent
+		}
+		// A row written out of band (raw SQL, another language) may not decode: it
+		// fails alone, dead with the reason; the rest of the batch goes on.
+		if err := json.Unmarshal(headers, &m.Headers); err != nil {
+			bad = append(bad, badRow{m, "undecodable row: headers must be a JSON object of strings: " + err.Error()})
+			next[k] = -1
+			continue
+		}
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim batch: %w", err)
+		return nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	// Rows come ordered by (rn, seq); hand them to the sink in seq order, so each
 	// aggregate's messages are in write order.
 	slices.SortFunc(msgs, func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) })
-	return msgs, nil
+	return msgs, bad, nil
+}
+
+// badRow is a claimed row that cannot become a message.
+type badRow struct {
+	msg    outbox.Message
+	reason string
 }

@@ -1,0 +1,144 @@
+package relay_test
+
+// Tests that arm failpoints. Failpoints are process-wide, so these tests do not call
+// t.Parallel: Go runs them before any parallel test of the package starts.
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/failpoint"
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/relay"
+)
+
+// S3 and TESTPLAN #2: a crash in each of the four windows of a batch. Window 1 (after
+// claim, before publish) publishes nothing extra; windows 2–4 (after publish before
+// the ack is seen, after the ack before the mark, after the mark before its commit)
+// publish each event of the batch exactly once more, with the same id.
+func TestS3CrashWindows(t *testing.T) {
+	windows := []struct {
+		point string
+		extra int // extra deliveries per event
+	}{
+		{failpoint.AfterClaim, 0},
+		{failpoint.AfterPublish, 1},
+		{failpoint.BeforeMark, 1},
+		{failpoint.BeforeCommit, 1},
+	}
+	for _, w := range windows {
+		t.Run(w.point, func(t *testing.T) {
+			pool := pgtest.Pool(t)
+			enqueue(t, pool, aggregates("c", 5), 2) // 10 events, one batch
+			sink := newTestSink()
+
+			var fired atomic.Int32
+			disarm := failpoint.Arm(w.point, func() error {
+				if fired.Add(1) == 1 {
+					return failpoint.ErrCrash
+				}
+				return nil
+			})
+			first := newRelay(t, pool, sink, fastConfig())
+			err := first.Run(context.Background())
+			disarm()
+			if !errors.Is(err, failpoint.ErrCrash) {
+				t.Fatalf("first relay: Run = %v, want the simulated crash", err)
+			}
+			if fired.Load() != 1 {
+				t.Fatalf("failpoint %s fired %d times, want 1", w.point, fired.Load())
+			}
+			crashedBatch := len(sink.messages())
+
+			start(t, newRelay(t, pool, sink, fastConfig()))
+			waitSQL(t, pool, 20*time.Second, 10, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+			msgs := sink.messages()
+			perID := map[string]int{}
+			for _, m := range msgs {
+				perID[m.ID.String()]++
+			}
+			if len(perID) != 10 {
+				t.Fatalf("%d distinct events delivered, want 10", len(perID))
+			}
+			if w.extra == 0 && crashedBatch != 0 {
+				t.Fatalf("window 1 published %d messages before the crash", crashedBatch)
+			}
+			if w.extra == 1 && crashedBatch == 0 {
+				t.Fatal("nothing was published before the crash")
+			}
+			// Events of the crashed batch were delivered 1 + extra times, the rest once.
+			crashed := map[string]bool{}
+			for _, m := range msgs[:crashedBatch] {
+				crashed[m.ID.String()] = true
+			}
+			for id, n := range perID {
+				want := 1
+				if crashed[id] {
+					want += w.extra
+				}
+				if n != want {
+					t.Fatalf("event %s delivered %d times, want %d", id, n, want)
+				}
+			}
+			checkOrder(t, msgs)
+		})
+	}
+}
+
+// A discard racing a relay that is marking the same event: the discard waits for the
+// relay's claim, then finds the event published and leaves it alone.
+func TestDiscardRacesInFlightMark(t *testing.T) {
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, []string{"d1"}, 1)
+	var id string
+	if err := pool.QueryRow(context.Background(), `SELECT id::text FROM outbox.events`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	atMark := make(chan struct{})
+	release := make(chan struct{})
+	var once atomic.Bool
+	disarm := failpoint.Arm(failpoint.BeforeMark, func() error {
+		if once.CompareAndSwap(false, true) {
+			close(atMark)
+			<-release
+		}
+		return nil
+	})
+	defer disarm()
+	sink := newTestSink()
+	start(t, newRelay(t, pool, sink, fastConfig()))
+	<-atMark
+
+	discarded := make(chan []string, 1)
+	go func() {
+		ids, err := relay.Discard(context.Background(), pool, relay.Action{IDs: parseIDs(t, id), Actor: "test", Reason: "race"})
+		if err != nil {
+			t.Error(err)
+		}
+		var s []string
+		for _, i := range ids {
+			s = append(s, i.String())
+		}
+		discarded <- s
+	}()
+	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+	close(release)
+	if got := <-discarded; len(got) != 0 {
+		t.Fatalf("discard changed %v, an event published meanwhile", got)
+	}
+	var published, dead, discardedAt bool
+	err := pool.QueryRow(context.Background(),
+		`SELECT published_at IS NOT NULL, dead_at IS NOT NULL, discarded_at IS NOT NULL FROM outbox.events`).Scan(&published, &dead, &discardedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !published || dead || discardedAt {
+		t.Fatalf("state published=%v dead=%v discarded=%v, want published only", published, dead, discardedAt)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.replays`); n != 0 {
+		t.Fatalf("%d audit rows for a discard that changed nothing", n)
+	}
+}

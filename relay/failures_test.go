@@ -1,0 +1,267 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/outboxmigrate"
+	"github.com/outboxkit/outbox/relay"
+)
+
+// queryCounter counts every statement and batch a pool sends.
+type queryCounter struct{ n atomic.Int64 }
+
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (q *queryCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+func (q *queryCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (q *queryCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func countedPool(t *testing.T, connString string) (*pgxpool.Pool, *queryCounter) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qc := &queryCounter{}
+	cfg.ConnConfig.Tracer = qc
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, qc
+}
+
+// S2 and the outage case: with the sink down for a while, nothing counts an attempt or
+// goes dead, the breaker keeps the relay's query rate low, and the backlog drains in
+// order once the sink is back. Run with the sink saying it is unavailable, and with
+// plain errors across many aggregates (the relay must infer the outage).
+func TestS2SinkDownBreakerThenDrain(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"unavailable", "plain-errors"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			connString := pgtest.ConnString(t, nil)
+			pool := pgtest.PoolFor(t, connString)
+			enqueue(t, pool, aggregates("s", 10), 3)
+			var down atomic.Bool
+			down.Store(true)
+			sink := newTestSink()
+			sink.fail = func(outbox.Message) error {
+				if !down.Load() {
+					return nil
+				}
+				err := errors.New("dial tcp 127.0.0.1:9092: connection refused")
+				if kind == "unavailable" {
+					return outbox.Unavailable(err)
+				}
+				return err
+			}
+			relayPool, queries := countedPool(t, connString)
+			cfg := fastConfig() // polls every 20 ms; breaker 100 ms doubling to 400 ms
+			r := newRelay(t, relayPool, sink, cfg)
+			stop := start(t, r)
+
+			// Down for 2 s: without a breaker, polling every 20 ms would be ~100 batches.
+			time.Sleep(2 * time.Second) //nolint:forbidigo // the outage's length is the test's input
+			st := r.Stats()
+			if st.BreakerOpens != 1 {
+				t.Fatalf("breaker opened %d times, want 1 (it stays open across failed probes)", st.BreakerOpens)
+			}
+			if st.SinkDownBatches > 12 {
+				t.Fatalf("%d batches tried the sink while it was down: the breaker did not hold back", st.SinkDownBatches)
+			}
+			if q := queries.n.Load(); q > 80 {
+				t.Fatalf("relay sent %d queries in a 2 s outage, want a bounded rate (≤ 80)", q)
+			}
+			if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE attempts > 0 OR dead_at IS NOT NULL OR last_error IS NOT NULL`); n != 0 {
+				t.Fatalf("%d events had an attempt counted or went dead during the outage", n)
+			}
+
+			down.Store(false)
+			waitSQL(t, pool, 20*time.Second, 30, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+			checkOrder(t, sink.messages())
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// sameAggregatePartition returns n aggregate ids (prefix + number) in the given partition.
+func sameAggregatePartition(aggType, prefix string, partition, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		if outboxmigrate.PartitionOf(aggType, id) == partition {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// S7 and TESTPLAN #13: a poison event is retried with backoff and goes dead after its
+// budget; other aggregates, also in the same partition, keep flowing; the poison's own
+// later events are held until it is replayed, then published in order. With
+// PublishPastDead, they flow past it instead.
+func TestS7PoisonHoldsOnlyItsAggregate(t *testing.T) {
+	t.Parallel()
+	for _, pastDead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("publish-past-dead=%v", pastDead), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			poison := "poison"
+			part := outboxmigrate.PartitionOf("order", poison)
+			others := sameAggregatePartition("order", "n", part, 5)
+			enqueue(t, pool, []string{poison}, 3) // versions 1..3
+			var poisonAttempts atomic.Int32
+			var healed atomic.Bool
+			sink := newTestSink()
+			sink.fail = func(m outbox.Message) error {
+				if m.AggregateID == poison && m.AggregateVersion == 1 && !healed.Load() {
+					poisonAttempts.Add(1)
+					return errors.New("broker: 503 for this message")
+				}
+				return nil
+			}
+			cfg := fastConfig()
+			cfg.MaxAttempts = 4
+			if pastDead {
+				cfg.PublishPastDead = []string{"order"}
+			}
+			start(t, newRelay(t, pool, sink, cfg))
+
+			// While the poison is retried, other aggregates of its partition flow.
+			enqueue(t, pool, others, 2)
+			sink.waitFor(t, 20*time.Second, "other aggregates", func(m []outbox.Message) bool {
+				n := 0
+				for _, x := range m {
+					if x.AggregateID != poison {
+						n++
+					}
+				}
+				return n == 10
+			})
+			waitSQL(t, pool, 20*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'poison' AND aggregate_version = 1 AND attempts = 4 AND last_error LIKE '%503%'`)
+			if poisonAttempts.Load() != 4 {
+				t.Fatalf("poison tried %d times, want 4 (MaxAttempts)", poisonAttempts.Load())
+			}
+			// Retries were spread by backoff, not hammered.
+			if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE aggregate_id = 'poison' AND aggregate_version = 1 AND dead_at - created_at >= interval '60 milliseconds'`); n != 1 {
+				t.Fatal("poison went dead without backing off between attempts")
+			}
+
+			// New events of other aggregates still flow after the poison is dead; the
+			// poison's own later versions are held unless publishing past the dead is on.
+			enqueue(t, pool, aggregates("late", 3), 1)
+			sink.waitFor(t, 20*time.Second, "late aggregates", func(m []outbox.Message) bool {
+				n := 0
+				for _, x := range m {
+					if strings.HasPrefix(x.AggregateID, "late") {
+						n++
+					}
+				}
+				return n == 3
+			})
+			poisonLater := func() int {
+				n := 0
+				for _, m := range sink.messages() {
+					if m.AggregateID == poison && m.AggregateVersion > 1 {
+						n++
+					}
+				}
+				return n
+			}
+			if !pastDead {
+				if n := poisonLater(); n != 0 {
+					t.Fatalf("%d later events of the dead poison's aggregate were published past it", n)
+				}
+				healed.Store(true)
+				var id string
+				if err := pool.QueryRow(context.Background(), `SELECT id::text FROM outbox.dead_letters`).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				ids, err := relay.Replay(context.Background(), pool, relay.Action{IDs: parseIDs(t, id), Actor: "ops", Reason: "broker fixed"})
+				if err != nil || len(ids) != 1 {
+					t.Fatalf("replay: %v, %v", ids, err)
+				}
+				msgs := sink.waitFor(t, 20*time.Second, "poison's aggregate after replay", func(m []outbox.Message) bool {
+					n := 0
+					for _, x := range m {
+						if x.AggregateID == poison {
+							n++
+						}
+					}
+					return n == 3
+				})
+				checkOrder(t, msgs)
+				if n := queryInt(t, pool, `SELECT count(*) FROM outbox.replays WHERE action = 'replay' AND actor = 'ops' AND reason = 'broker fixed'`); n != 1 {
+					t.Fatal("replay not audited")
+				}
+			} else {
+				sink.waitFor(t, 20*time.Second, "poison's later versions past the dead one", func([]outbox.Message) bool { return poisonLater() == 2 })
+			}
+		})
+	}
+}
+
+// Ordering under failure: a sink that rejects 20% of first attempts at random;
+// 10k events over 200 aggregates in ordered mode: first deliveries in order per aggregate.
+func TestOrderUnderRandomFailures(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	perAggregate := 50
+	if testing.Short() {
+		perAggregate = 10
+	}
+	enqueue(t, pool, aggregates("r", 200), perAggregate)
+	total := 200 * perAggregate
+	var mu sync.Mutex
+	tried := map[string]bool{}
+	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // test randomness
+	sink := newTestSink()
+	sink.fail = func(m outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		first := !tried[m.ID.String()]
+		tried[m.ID.String()] = true
+		if first && rng.Float64() < 0.2 {
+			return errors.New("transient failure")
+		}
+		return nil
+	}
+	cfg := fastConfig()
+	cfg.BreakerMinAggregates = 1000 // these are per-message failures, not an outage
+	cfg.RetryBaseDelay = 5 * time.Millisecond
+	cfg.RetryMaxDelay = 20 * time.Millisecond
+	cfg.Concurrency = 2
+	start(t, newRelay(t, pool, sink, cfg))
+	waitSQL(t, pool, 3*time.Minute, total, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+	msgs := sink.messages()
+	if distinctIDs(msgs) != total {
+		t.Fatalf("%d distinct events delivered, want %d", distinctIDs(msgs), total)
+	}
+	checkOrder(t, msgs)
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE attempts > 1`); n == 0 {
+		t.Fatal("no event was retried: the failure injection did not work")
+	}
+}
