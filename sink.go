@@ -34,18 +34,24 @@ type Message struct {
 //
 // The contract, which package sinktest checks for every sink:
 //   - Publish returns exactly one result per message, in the same order; nil means the
-//     broker acknowledged that message (it is durable there).
+//     broker acknowledged that message. An empty msgs returns no results and sends nothing.
 //   - Messages of one aggregate (AggregateType, AggregateID) appear in msgs in write
-//     order and must reach the broker in that order. When one of them fails, every
-//     later message of the same aggregate in the call must fail too, unsent (return
-//     [ErrNotSent] for them) — or the sink keeps at most one message per aggregate in
-//     flight. Messages of different aggregates may be published concurrently.
+//     order and must reach the broker in that order. When one of them fails, no later
+//     message of that aggregate in the call may reach the broker: return [ErrNotSent]
+//     for them (a sink that pipelines within an aggregate must make sure the broker
+//     drops the later ones). Messages of different aggregates may be published
+//     concurrently.
 //   - Wrap an error with [Permanent] when retrying cannot help (too large, unroutable,
 //     refused by the broker's schema); with [Unavailable] when the broker as a whole
-//     cannot be reached (connection refused, no leader). Plain errors are transient
-//     for that message.
+//     cannot be reached (connection refused, no leader, a failing file). Plain errors
+//     are transient for that message.
 //   - Publish honours ctx: when it is done, return promptly; messages without an ack
-//     are failed.
+//     fail with an error wrapping ctx.Err() (the relay counts no attempt for them).
+//   - Publish may be called from several goroutines at once; the relay never has two
+//     calls in flight with messages of the same aggregate. Publish must not modify
+//     msgs, nor keep them (or their Payload and Headers) after it returns.
+//   - A sink whose ack is weaker than "durable at the broker" (a file sink that does not
+//     fsync) says so in its documentation.
 type Sink interface {
 	Publish(ctx context.Context, msgs []Message) []error
 }

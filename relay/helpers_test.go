@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,12 +70,6 @@ func (s *testSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 		hook(msgs)
 	}
 	return results
-}
-
-func (s *testSink) setFail(f func(outbox.Message) error) {
-	s.mu.Lock()
-	s.fail = f
-	s.mu.Unlock()
 }
 
 func (s *testSink) messages() []outbox.Message {
@@ -237,3 +232,10 @@ func parseIDs(t testing.TB, ids ...string) []uuid.UUID {
 	}
 	return out
 }
+
+type uuidT = uuid.UUID
+
+type atomicBool struct{ v atomic.Bool }
+
+func (b *atomicBool) set(v bool) { b.v.Store(v) }
+func (b *atomicBool) get() bool  { return b.v.Load() }

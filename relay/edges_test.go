@@ -1,0 +1,195 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/relay"
+)
+
+// TESTPLAN #12: commit order differs from seq order. T1 takes a lower seq and commits
+// late; T2 commits at once. The relay publishes T2's event, never skips T1's for good,
+// and publishes it once T1 commits. When T1 rolls back instead, nothing stalls.
+func TestInFlightTransactionIsNotSkipped(t *testing.T) {
+	t.Parallel()
+	for _, commit := range []bool{true, false} {
+		t.Run(map[bool]string{true: "commits-late", false: "rolls-back"}[commit], func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			ctx := context.Background()
+			sink := newTestSink()
+			start(t, newRelay(t, pool, sink, fastConfig()))
+
+			t1, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = t1.Rollback(ctx) }()
+			ev := func(agg string) outbox.Event {
+				return outbox.Event{AggregateType: "order", AggregateID: agg, EventType: "x", AggregateVersion: 1}
+			}
+			if err := outbox.Enqueue(ctx, outbox.PgxTx(t1), ev("t1")); err != nil {
+				t.Fatal(err)
+			}
+			if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), ev("t2")) }); err != nil {
+				t.Fatal(err)
+			}
+			sink.waitFor(t, 10*time.Second, "T2's event", func(m []outbox.Message) bool { return len(m) == 1 && m[0].AggregateID == "t2" })
+			if commit {
+				if err := t1.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				sink.waitFor(t, 10*time.Second, "T1's late event", func(m []outbox.Message) bool { return len(m) == 2 && m[1].AggregateID == "t1" })
+				return
+			}
+			if err := t1.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), ev("t3")) }); err != nil {
+				t.Fatal(err)
+			}
+			msgs := sink.waitFor(t, 10*time.Second, "T3's event after the rollback", func(m []outbox.Message) bool { return len(m) == 2 })
+			if msgs[1].AggregateID != "t3" {
+				t.Fatalf("delivered %s, want t3", msgs[1].AggregateID)
+			}
+		})
+	}
+}
+
+// TESTPLAN #44: a message the broker refuses as too large is a permanent failure:
+// dead at once with its reason, no retry; under the default policy it holds its
+// aggregate, and other aggregates flow.
+func TestOversizeAtSinkIsDeadWithReason(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	big := outbox.Event{AggregateType: "doc", AggregateID: "big", EventType: "doc.saved", Payload: []byte(`"` + strings.Repeat("x", 800<<10) + `"`)}
+	after := outbox.Event{AggregateType: "doc", AggregateID: "big", EventType: "doc.saved", Payload: []byte(`"small"`)}
+	other := outbox.Event{AggregateType: "doc", AggregateID: "other", EventType: "doc.saved", Payload: []byte(`"small"`)}
+	if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), big, after, other) }); err != nil {
+		t.Fatal(err)
+	}
+	sink := newTestSink()
+	sink.fail = func(m outbox.Message) error {
+		if len(m.Payload) > 512<<10 {
+			return outbox.Permanent(errors.New("MESSAGE_TOO_LARGE: 819202 bytes exceeds max.message.bytes 524288"))
+		}
+		return nil
+	}
+	start(t, newRelay(t, pool, sink, fastConfig()))
+	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'big' AND attempts = 1 AND last_error LIKE '%MESSAGE_TOO_LARGE%'`)
+	sink.waitFor(t, 10*time.Second, "the other aggregate", func(m []outbox.Message) bool { return len(m) == 1 && m[0].AggregateID == "other" })
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE aggregate_id = 'big' AND published_at IS NULL AND dead_at IS NULL`); n != 1 {
+		t.Fatalf("the event after the dead one: %d pending, want 1 (held)", n)
+	}
+}
+
+// TESTPLAN #46: a row written out of band that cannot be decoded (headers that are not
+// an object of strings) fails alone, dead with the reason; its data is left as it was;
+// rows claimed in the same batch are published.
+func TestUndecodableRowFailsAlone(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	enqueue(t, pool, aggregates("ok", 4), 1)
+	_, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, headers, payload)
+		VALUES (gen_random_uuid(), 'order', 'raw', 'order.raw', '{"retries": 3}', '{"a": 1}')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := rowText(t, pool, "raw")
+	sink := newTestSink()
+	start(t, newRelay(t, pool, sink, fastConfig()))
+	sink.waitFor(t, 10*time.Second, "the decodable rows", func(m []outbox.Message) bool { return len(m) == 4 })
+	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'raw' AND last_error LIKE 'undecodable row: headers%'`)
+	if after := rowText(t, pool, "raw"); after != before {
+		t.Fatalf("the undecodable row's data changed:\n%s\n%s", before, after)
+	}
+}
+
+func rowText(t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, agg string,
+) string {
+	t.Helper()
+	var s string
+	err := pool.QueryRow(context.Background(), `SELECT concat_ws('|', id, aggregate_type, aggregate_id, event_type, headers, payload, payload_bytes, created_at)
+		FROM outbox.events WHERE aggregate_id = $1`, agg).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TESTPLAN #48: an application retry enqueuing the same event id keeps one event, and a
+// replay keeps the original id.
+func TestDuplicateIDFromApplicationRetryAndReplayKeepsID(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	e := outbox.Event{ID: outbox.NewID(), AggregateType: "order", AggregateID: "1", EventType: "order.paid"}
+	for range 2 {
+		err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), e) })
+		if err != nil && !errors.Is(err, outbox.ErrDuplicateID) {
+			t.Fatal(err)
+		}
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events`); n != 1 {
+		t.Fatalf("%d events, want 1", n)
+	}
+	var fail atomicBool
+	fail.set(true)
+	sink := newTestSink()
+	sink.fail = func(outbox.Message) error {
+		if fail.get() {
+			return outbox.Permanent(errors.New("schema rejected"))
+		}
+		return nil
+	}
+	start(t, newRelay(t, pool, sink, fastConfig()))
+	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters`)
+	fail.set(false)
+	if _, err := relay.Replay(ctx, pool, relay.Action{IDs: []uuidT{e.ID}, Actor: "ops", Reason: "schema fixed"}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := sink.waitFor(t, 10*time.Second, "the replayed event", func(m []outbox.Message) bool { return len(m) == 1 })
+	if msgs[0].ID != e.ID {
+		t.Fatalf("replayed with id %s, want the original %s", msgs[0].ID, e.ID)
+	}
+}
+
+// TESTPLAN #49: an event scheduled in the future is never published early; one
+// scheduled in the past is published at once.
+func TestDelayedEvents(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	sink := newTestSink()
+	start(t, newRelay(t, pool, sink, fastConfig()))
+	var dbNow time.Time
+	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	future := outbox.Event{AggregateType: "t", AggregateID: "future", EventType: "x", AvailableAt: dbNow.Add(1500 * time.Millisecond)}
+	past := outbox.Event{AggregateType: "t", AggregateID: "past", EventType: "x", AvailableAt: dbNow.Add(-24 * time.Hour)}
+	if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), future, past) }); err != nil {
+		t.Fatal(err)
+	}
+	sink.waitFor(t, 5*time.Second, "the past event", func(m []outbox.Message) bool { return len(m) >= 1 && m[0].AggregateID == "past" })
+	sink.waitFor(t, 10*time.Second, "the future event", func(m []outbox.Message) bool { return len(m) == 2 })
+	waitSQL(t, pool, 10*time.Second, 2, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+	var early bool
+	if err := pool.QueryRow(ctx, `SELECT published_at < available_at FROM outbox.events WHERE aggregate_id = 'future'`).Scan(&early); err != nil {
+		t.Fatal(err)
+	}
+	if early {
+		t.Fatal("the future event was published before its available_at")
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package sinktest_test
+
+const raceEnabled = false

@@ -1,0 +1,132 @@
+// Package sinktest is the conformance suite every [outbox.Sink] passes.
+//
+// A sink's own test calls [Run] with a function that builds a fresh [Harness] — the
+// sink under test, connected to a broker (or an isolated topic, stream or queue) of its
+// own, and a way to read back what reached that broker — and with the [Features] the
+// broker lacks:
+//
+//	func TestConformance(t *testing.T) {
+//		sinktest.Run(t, func(t *testing.T) sinktest.Harness {
+//			s := mysink.New(client, nil)
+//			return sinktest.Harness{Sink: s, Received: func(ctx context.Context) ([]outbox.Message, error) {
+//				return readTopic(ctx, client, topic)
+//			}}
+//		}, sinktest.Features{})
+//	}
+//
+// Run runs one parallel subtest per check, each with a harness of its own. Every
+// subtest also reads the broker back and fails when the broker holds a message that
+// was never published, a message that arrived changed, or misses a message that
+// Publish acknowledged. The checks, and the broken sink each one catches:
+//
+//   - Results: one result per message, nil for each on a healthy broker. Fails a sink
+//     that returns too few or too many results, acks a message it did not deliver, or
+//     reorders the caller's msgs slice.
+//   - Order: 500 messages over 20 interleaved aggregates arrive in write order per
+//     aggregate. Fails a sink that reorders messages of an aggregate (sends them
+//     concurrently, or groups them by something other than the aggregate).
+//   - Fields: id, event type, aggregate, version, schema version, content type,
+//     traceparent and headers arrive intact, with Unicode and long values. Fails a sink
+//     that drops or mangles any of them.
+//   - Payloads: binary payloads (every byte value, NUL, invalid UTF-8, empty, large) and
+//     JSON payloads arrive intact. Fails a sink that treats payloads as text.
+//   - EmptyBatch: Publish with no messages returns no results and sends nothing.
+//     Fails a sink that answers an empty batch with results, or breaks on it.
+//   - CancelledContext: with ctx already cancelled, Publish returns promptly and fails
+//     every message; the sink works again with a live ctx. Fails a sink that ignores
+//     ctx or acks what it did not deliver.
+//   - FailureStopsAggregate (needs [Harness.FailWhen]): when the broker refuses message
+//     k of an aggregate, the earlier ones and other aggregates succeed, k and the later
+//     ones of its aggregate fail, none of those later ones reaches the broker, and a
+//     retry after the broker recovers delivers them in order. Fails a sink that keeps
+//     sending an aggregate after one of its messages failed, or reports the refusal of
+//     one message as the whole sink being unavailable.
+//   - ResultsLineUp (needs [Harness.FailWhen]): with refusals scattered over a batch,
+//     exactly the refused messages fail. Fails a sink whose results are not in the
+//     order of msgs.
+//   - PayloadTooLarge (needs [Features.MaxPayloadBytes]): a payload one byte over the
+//     limit fails with an error marked [outbox.Permanent], and stops its aggregate.
+//   - Concurrent: Publish calls from several goroutines at once all succeed, in order
+//     per aggregate. Run the suite with -race: it fails a sink with a data race.
+//
+// The suite's own tests run every check against a sink broken in the way above and
+// expect that check to fail.
+package sinktest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/outboxkit/outbox"
+)
+
+// LargePayloadBytes is the size of the largest payload the suite sends to a broker
+// without [Features.MaxPayloadBytes]: 900 KiB, the largest payload Enqueue accepts by
+// default.
+const LargePayloadBytes = 900 << 10
+
+// Harness is one sink under test and a view of its broker, built afresh for each
+// subtest.
+type Harness struct {
+	// Sink is the sink under test. Required.
+	Sink outbox.Sink
+
+	// Received returns every message the broker holds from this harness's sink,
+	// decoded back into messages. Each aggregate's messages come in the order the
+	// broker holds them; the order across aggregates does not matter. The suite calls
+	// it after Publish returned: every message Publish acked must be readable by then.
+	// Required.
+	//
+	// The suite matches received messages to published ones by ID and compares ID,
+	// AggregateType, AggregateID, AggregateVersion, EventType, SchemaVersion,
+	// ContentType, TraceParent, Headers (every published header must be there with its
+	// value; a broker may add others) and Payload. Seq, Topic, CreatedAt and Attempt
+	// are not compared: a broker need not carry them.
+	Received func(ctx context.Context) ([]outbox.Message, error)
+
+	// FailWhen, when set, makes the broker refuse each message for which refuse
+	// returns true, as a broker refuses (nacks) one message it will not take, until
+	// FailWhen is called again; FailWhen(nil) makes it take every message again. The
+	// suite calls it only while no Publish is running. The sink must fail a refused
+	// message with an error that is not [outbox.Unavailable]. Default nil: the harness
+	// cannot make its broker refuse a message, and the checks that need it are skipped.
+	FailWhen func(refuse func(outbox.Message) bool)
+}
+
+// Features describes what the broker cannot do. The zero value is a broker that can
+// do everything the suite checks.
+type Features struct {
+	// NoHeaders: the broker cannot carry Message.Headers, so they are not compared.
+	// Default false.
+	NoHeaders bool
+
+	// ReformatsJSON: the sink may re-encode a JSON payload (whitespace, escapes), so
+	// payloads of JSON content types ("application/json", "…+json") are compared as
+	// JSON values rather than bytes. Default false: every payload arrives byte for
+	// byte.
+	ReformatsJSON bool
+
+	// MaxPayloadBytes is the largest payload the broker takes. When set, the suite
+	// sends payloads of exactly this size, which must succeed, and one byte larger,
+	// which must fail with an error marked [outbox.Permanent]. Default 0: the broker
+	// takes payloads of [LargePayloadBytes], and the PayloadTooLarge check is skipped.
+	MaxPayloadBytes int
+}
+
+// Run runs the conformance suite against the sinks newSink builds: one parallel
+// subtest per check, each calling newSink with its own t (so the harness can register
+// its cleanup with t.Cleanup). The harnesses of concurrent subtests must not share a
+// broker's topic or queue.
+func Run(t *testing.T, newSink func(t *testing.T) Harness, features Features) {
+	t.Helper()
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newSink(t)
+			if h.Sink == nil || h.Received == nil {
+				t.Fatal("newSink returned a Harness without Sink or Received")
+			}
+			c.run(newSuite(t, h, features))
+		})
+	}
+}
