@@ -98,6 +98,10 @@ type Config struct {
 	// context is cancelled; then their transactions are abandoned (rolled back), so
 	// their events stay pending. Default 10s.
 	ShutdownTimeout time.Duration
+	// LeaseTTL is how long a relay partition's lease lasts without renewal (ordered
+	// mode). Renewed every LeaseTTL/3; after a relay dies, its partitions are taken over
+	// within about LeaseTTL. Default 10s.
+	LeaseTTL time.Duration
 	// Retention of published events.
 	Retention Retention
 	// Logger: default discard.
@@ -131,6 +135,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.BreakerInitialDelay = cmp.Or(cfg.BreakerInitialDelay, time.Second)
 	cfg.BreakerMaxDelay = cmp.Or(cfg.BreakerMaxDelay, 30*time.Second)
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 10*time.Second)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 10*time.Second)
 	cfg.Retention.Mode = cmp.Or(cfg.Retention.Mode, KeepThenDelete)
 	cfg.Retention.Keep = cmp.Or(cfg.Retention.Keep, 7*dayLong)
 	cfg.Retention.Interval = cmp.Or(cfg.Retention.Interval, time.Minute)
@@ -161,6 +166,7 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.BreakerMinAggregates >= 1, "BreakerMinAggregates must be at least 1, got %d", cfg.BreakerMinAggregates)
 	check(cfg.BreakerInitialDelay > 0, "BreakerInitialDelay must be positive, got %s", cfg.BreakerInitialDelay)
 	check(cfg.BreakerMaxDelay >= cfg.BreakerInitialDelay, "BreakerMaxDelay (%s) must be at least BreakerInitialDelay (%s)", cfg.BreakerMaxDelay, cfg.BreakerInitialDelay)
+	check(cfg.LeaseTTL >= 300*time.Millisecond, "LeaseTTL must be at least 300ms, got %s", cfg.LeaseTTL)
 	check(cfg.ShutdownTimeout > 0, "ShutdownTimeout must be positive, got %s", cfg.ShutdownTimeout)
 	check(cfg.Retention.Mode == KeepThenDelete || cfg.Retention.Mode == DeleteOnPublish || cfg.Retention.Mode == KeepThenArchive,
 		"Retention.Mode must be %q, %q or %q, got %q", KeepThenDelete, DeleteOnPublish, KeepThenArchive, cfg.Retention.Mode)

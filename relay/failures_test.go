@@ -254,8 +254,11 @@ func TestOrderUnderRandomFailures(t *testing.T) {
 	cfg.RetryBaseDelay = 5 * time.Millisecond
 	cfg.RetryMaxDelay = 20 * time.Millisecond
 	cfg.Concurrency = 2
-	start(t, newRelay(t, pool, sink, cfg))
+	r := newRelay(t, pool, sink, cfg)
+	began := time.Now()
+	start(t, r)
 	waitSQL(t, pool, 3*time.Minute, total, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+	t.Logf("drained %d events in %s: %+v", total, time.Since(began), r.Stats())
 	msgs := sink.messages()
 	if distinctIDs(msgs) != total {
 		t.Fatalf("%d distinct events delivered, want %d", distinctIDs(msgs), total)

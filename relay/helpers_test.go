@@ -147,6 +147,7 @@ func fastConfig() *relay.Config {
 		BreakerInitialDelay: 100 * time.Millisecond,
 		BreakerMaxDelay:     400 * time.Millisecond,
 		ShutdownTimeout:     5 * time.Second,
+		LeaseTTL:            time.Second,
 		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 }

@@ -20,15 +20,16 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/failpoint"
 	"github.com/outboxkit/outbox/internal/sqlq"
-	"github.com/outboxkit/outbox/outboxmigrate"
 )
 
 // Relay publishes the events of one outbox schema to one sink. Create it with [New]
@@ -41,10 +42,36 @@ type Relay struct {
 	breaker *breaker
 	wake    chan struct{}
 	stats   counters
+	crashed atomic.Bool // a simulated crash (failpoint): leases are abandoned, not released
 
-	claimSQL, settleSQL, configSQL       string
-	purgeSQL, purgeNextSQL, purgeLockSQL string
-	iitTimeout                           string
+	// owner identifies this relay in leases and relay_members: random per relay.
+	owner         string
+	leases        leaseSet
+	leaseWake     chan struct{}
+	wakeupChannel string
+
+	q          queries
+	iitTimeout string
+}
+
+// queries holds the relay's SQL rendered for its schema.
+type queries struct {
+	claim, settle, config       string
+	purge, purgeNext, purgeLock string
+	leaseInit, leaseBeat        string
+	leaseRenew, leaseAcquire    string
+	leaseRelease                string
+	leaseNextExpiry             string
+}
+
+func newQueries(quoted, claim string) queries {
+	q := func(name string) string { return sqlq.Query(name, quoted) }
+	return queries{
+		claim: q(claim), settle: q("settle"), config: q("relay_config"),
+		purge: q("purge"), purgeNext: q("purge_next"), purgeLock: q("purge_lock"),
+		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"), leaseRenew: q("lease_renew"),
+		leaseAcquire: q("lease_acquire"), leaseRelease: q("lease_release"), leaseNextExpiry: q("lease_next_expiry"),
+	}
 }
 
 // New returns a relay publishing from the schema in cfg (nil: defaults) to sink.
@@ -71,30 +98,34 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
 	iit := c.BatchTimeout + 30*time.Second
 	return &Relay{
-		pool:         pool,
-		sink:         sink,
-		cfg:          c,
-		log:          c.Logger,
-		breaker:      newBreaker(c.BreakerInitialDelay, c.BreakerMaxDelay),
-		wake:         make(chan struct{}, 1),
-		claimSQL:     sqlq.Query(claim, quoted),
-		settleSQL:    sqlq.Query("settle", quoted),
-		configSQL:    sqlq.Query("relay_config", quoted),
-		purgeSQL:     sqlq.Query("purge", quoted),
-		purgeNextSQL: sqlq.Query("purge_next", quoted),
-		purgeLockSQL: sqlq.Query("purge_lock", quoted),
-		iitTimeout:   fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds()),
+		pool:          pool,
+		sink:          sink,
+		cfg:           c,
+		log:           c.Logger.With(slog.String("schema", c.Schema)),
+		breaker:       newBreaker(c.BreakerInitialDelay, c.BreakerMaxDelay),
+		wake:          make(chan struct{}, 1),
+		owner:         uuid.NewString(),
+		leases:        leaseSet{owned: map[int]*lease{}},
+		leaseWake:     make(chan struct{}, 1),
+		wakeupChannel: "outbox_wakeup_" + c.Schema,
+		q:             newQueries(quoted, claim),
+		iitTimeout:    fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds()),
 	}, nil
 }
 
-// Wake asks the relay to look for work now rather than after its poll interval.
-// It never blocks; wake-ups coalesce.
+// Wake asks the relay to look for work (and, in ordered mode, for free leases) now
+// rather than after its poll interval. It never blocks; wake-ups coalesce.
 func (r *Relay) Wake() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	for _, c := range []chan struct{}{r.wake, r.leaseWake} {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 }
+
+// Owner returns the id this relay uses in the leases and relay_members tables.
+func (r *Relay) Owner() string { return r.owner }
 
 // ErrConfigMismatch is returned by Run when relay_config records another mode or
 // partition count than this relay's.
@@ -121,6 +152,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	)
 	fail, failCancel := context.WithCancel(ctx)
 	defer failCancel()
+	// Leases outlive the workers: they are released only after in-flight batches settle.
+	leaseCtx, leaseCancel := context.WithCancel(context.WithoutCancel(ctx))
+	var leaseWG sync.WaitGroup
+	if r.cfg.Mode == Ordered {
+		leaseWG.Go(func() { r.leaseLoop(leaseCtx) })
+	}
 	for range r.cfg.Concurrency {
 		wg.Go(func() {
 			if err := r.work(fail, hard); err != nil {
@@ -132,6 +169,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { r.retain(fail) })
 	}
 	wg.Wait()
+	if !errors.Is(firstErr, failpoint.ErrCrash) { // a simulated crash releases nothing
+		leaseCancel()
+		leaseWG.Wait()
+	} else {
+		r.abandonLeases()
+		leaseCancel()
+		leaseWG.Wait()
+	}
 	return firstErr
 }
 
@@ -140,7 +185,7 @@ func (r *Relay) checkConfig(ctx context.Context) error {
 		mode       string
 		partitions int
 	)
-	if err := r.pool.QueryRow(ctx, r.configSQL, string(r.cfg.Mode), r.cfg.Partitions).Scan(&mode, &partitions); err != nil {
+	if err := r.pool.QueryRow(ctx, r.q.config, string(r.cfg.Mode), r.cfg.Partitions).Scan(&mode, &partitions); err != nil {
 		return fmt.Errorf("relay: read relay_config: %w", err)
 	}
 	if Mode(mode) != r.cfg.Mode || partitions != r.cfg.Partitions {
@@ -158,7 +203,7 @@ func (r *Relay) work(ctx, hard context.Context) error {
 			r.sleep(ctx, wait, false)
 			continue
 		}
-		res, err := r.runBatch(hard, 0, outboxmigrate.EventPartitions-1)
+		res, err := r.runBatch(hard)
 		switch {
 		case errors.Is(err, failpoint.ErrCrash):
 			return err
@@ -196,9 +241,31 @@ func (r *Relay) sleep(ctx context.Context, d time.Duration, wakeable bool) {
 // batchResult counts what one batch did.
 type batchResult struct{ claimed, published, retried, dead int }
 
-// runBatch claims, publishes and settles one batch from event partitions [lo, hi].
-func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
+// runBatch claims, publishes and settles one batch: in ordered mode from the relay
+// partitions this relay leases, in unordered mode from all.
+func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	var res batchResult
+	var (
+		parts           []int
+		epochs          []int64
+		eventPartitions []int // nil: all
+	)
+	if r.cfg.Mode == Ordered {
+		var done func()
+		parts, epochs, done = r.leases.claimable(time.Now())
+		defer done()
+		if len(parts) == 0 {
+			return res, nil
+		}
+		if len(parts) < r.cfg.Partitions {
+			for _, p := range parts {
+				lo, hi := partitionRange(p, r.cfg.Partitions)
+				for ep := lo; ep <= hi; ep++ {
+					eventPartitions = append(eventPartitions, ep)
+				}
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout+10*time.Second)
 	defer cancel()
 	tx, err := r.pool.Begin(ctx)
@@ -211,7 +278,7 @@ func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
 		_ = tx.Rollback(rctx) // after Commit: a no-op
 	}()
 
-	msgs, bad, err := r.claim(ctx, tx, lo, hi)
+	msgs, bad, err := r.claim(ctx, tx, eventPartitions)
 	if err != nil {
 		return res, err
 	}
@@ -221,6 +288,12 @@ func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
 	}
 	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {
 		return res, err
+	}
+	// A relay paused past its lease (a zombie) must not publish: another relay may own
+	// these partitions by now. Judged by the local monotonic clock, with a margin.
+	if r.cfg.Mode == Ordered && !r.leases.valid(parts, epochs, time.Now()) {
+		r.stats.abandonedBatches.Add(1)
+		return res, tx.Rollback(ctx)
 	}
 
 	var results []error
@@ -257,8 +330,20 @@ func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
 		return res, err
 	}
 	if len(out.seqs) > 0 {
-		if _, err := tx.Exec(ctx, r.settleSQL, out.seqs, out.outcomes, out.errs, out.delays, r.cfg.Retention.Mode == DeleteOnPublish); err != nil {
+		var owner *string
+		if r.cfg.Mode == Ordered {
+			owner = &r.owner
+		}
+		var changed int
+		err := tx.QueryRow(ctx, r.q.settle, out.seqs, out.outcomes, out.errs, out.delays, r.cfg.Retention.Mode == DeleteOnPublish,
+			owner, parts, epochs, r.cfg.Partitions).Scan(&changed)
+		if err != nil {
 			return res, fmt.Errorf("settle batch: %w", err)
+		}
+		if fenced := len(out.seqs) - changed; fenced > 0 {
+			// Our lease moved on: the new owner publishes these again (duplicates).
+			r.stats.fencedWrites.Add(int64(fenced))
+			r.log.WarnContext(ctx, "marks fenced: lease taken over", slog.Int("fenced", fenced))
 		}
 	}
 	if err := failpoint.Inject(failpoint.BeforeCommit); err != nil {
@@ -285,13 +370,13 @@ func (r *Relay) runBatch(ctx context.Context, lo, hi int) (batchResult, error) {
 
 // claim runs the claim query and returns the messages to publish: per aggregate, the
 // contiguous prefix (rn = 1, 2, …) of locked, available rows.
-func (r *Relay) claim(ctx context.Context, tx pgx.Tx, lo, hi int) ([]outbox.Message, []badRow, error) {
+func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]outbox.Message, []badRow, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(r.iitTimeout)
 	if r.cfg.Mode == Ordered {
-		batch.Queue(r.claimSQL, lo, hi, r.cfg.BatchSize, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead)
+		batch.Queue(r.q.claim, eventPartitions, r.cfg.BatchSize, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead)
 	} else {
-		batch.Queue(r.claimSQL, lo, hi, r.cfg.BatchSize)
+		batch.Queue(r.q.claim, eventPartitions, r.cfg.BatchSize)
 	}
 	br := tx.SendBatch(ctx, batch)
 	defer func() { _ = br.Close() }()

@@ -45,7 +45,7 @@ func (r *Relay) Purge(ctx context.Context) (int64, error) {
 		total int64
 		start *int64
 	)
-	if err := r.pool.QueryRow(ctx, r.purgeNextSQL, int64(0)).Scan(&start); err != nil {
+	if err := r.pool.QueryRow(ctx, r.q.purgeNext, int64(0)).Scan(&start); err != nil {
 		return 0, fmt.Errorf("purge: find start: %w", err)
 	}
 	for start != nil && ctx.Err() == nil {
@@ -55,13 +55,13 @@ func (r *Relay) Purge(ctx context.Context) (int64, error) {
 			next              *int64
 		)
 		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, r.purgeLockSQL, r.cfg.Schema).Scan(&locked); err != nil || !locked {
+			if err := tx.QueryRow(ctx, r.q.purgeLock, r.cfg.Schema).Scan(&locked); err != nil || !locked {
 				return err
 			}
-			if err := tx.QueryRow(ctx, r.purgeSQL, *start, r.cfg.Retention.BatchSize, cutoff, archive).Scan(&deleted, &archived, &newer); err != nil {
+			if err := tx.QueryRow(ctx, r.q.purge, *start, r.cfg.Retention.BatchSize, cutoff, archive).Scan(&deleted, &archived, &newer); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, r.purgeNextSQL, *start+int64(r.cfg.Retention.BatchSize)).Scan(&next)
+			return tx.QueryRow(ctx, r.q.purgeNext, *start+int64(r.cfg.Retention.BatchSize)).Scan(&next)
 		})
 		if err != nil {
 			return total, fmt.Errorf("purge range from seq %d: %w", *start, err)

@@ -20,10 +20,27 @@ type Stats struct {
 	Errors int64
 	// Purged counts events removed by retention (archived ones included).
 	Purged int64
+	// LeasesAcquired counts relay partitions this relay took (ordered mode).
+	LeasesAcquired int64
+	// LeasesRescued counts leases taken over after they expired (their owner crashed
+	// or paused) rather than being released; the pending events of those partitions
+	// were rescued.
+	LeasesRescued int64
+	// LeasesLost counts leases this relay lost to another (it found the epoch moved on).
+	LeasesLost int64
+	// LeasesReleased counts leases this relay gave back (rebalance or shutdown).
+	LeasesReleased int64
+	// FencedWrites counts marks refused because the lease had been taken over: the
+	// events are published again by the new owner (counted duplicates).
+	FencedWrites int64
+	// AbandonedBatches counts batches dropped unpublished because the lease might have
+	// expired while the batch was being claimed (a pause, a slow database).
+	AbandonedBatches int64
 }
 
 type counters struct {
-	published, retried, dead, batches, breakerOpens, sinkDownBatches, errors, purged atomic.Int64
+	published, retried, dead, batches, breakerOpens, sinkDownBatches, errors, purged          atomic.Int64
+	leasesAcquired, leasesRescued, leasesLost, leasesReleased, fencedWrites, abandonedBatches atomic.Int64
 }
 
 func (c *counters) add(res batchResult) {
@@ -39,6 +56,8 @@ func (r *Relay) Stats() Stats {
 	return Stats{
 		Published: c.published.Load(), Retried: c.retried.Load(), Dead: c.dead.Load(), Batches: c.batches.Load(),
 		BreakerOpens: c.breakerOpens.Load(), SinkDownBatches: c.sinkDownBatches.Load(), Errors: c.errors.Load(),
-		Purged: c.purged.Load(),
+		Purged: c.purged.Load(), LeasesAcquired: c.leasesAcquired.Load(), LeasesRescued: c.leasesRescued.Load(),
+		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
+		AbandonedBatches: c.abandonedBatches.Load(),
 	}
 }

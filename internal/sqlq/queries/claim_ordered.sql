@@ -1,13 +1,16 @@
 -- claim_ordered: lock the next batch in ordered mode, inside the relay's claim transaction.
 --
--- $1, $2: event partition range [lo, hi]; $3: max heads; $4: max events per aggregate;
--- $5: aggregate types whose dead events do not hold their aggregate (text[]).
+-- $1: the event partitions of the relay partitions this relay leases (int[]; null: all);
+-- $2: max heads; $3: max events per aggregate;
+-- $4: aggregate types whose dead events do not hold their aggregate (text[]).
 --
 -- A row may be published only when it is its aggregate's head: no earlier pending row of
 -- the aggregate exists, and no earlier dead row still holds it. Heads are found by walking
 -- events_pending in seq order (oldest first), probing events_pending_aggregate and
 -- events_held per row; the walk stops after $3 heads, so a blocked aggregate's rows cost
--- one probe each and never starve the others. The walk has no low-water mark: a row that
+-- one probe each and never starve the others. Every probe is a correlated subquery or a
+-- LATERAL primary-key lookup, so the plan stays index-driven without statistics (an
+-- ANALYZE on an empty table once turned joins here into nested loops over the backlog). The walk has no low-water mark: a row that
 -- commits late with a lower seq is simply found on the next claim.
 --
 -- Each head brings up to $4-1 followers of its aggregate (pipelining within an aggregate).
@@ -15,25 +18,29 @@
 -- it locked and that are available: a row skipped by SKIP LOCKED or not yet available
 -- ends its aggregate's share of the batch.
 --
--- The pending predicate is repeated on the locked row (e), so a row published or killed
--- by someone else between the snapshot and the lock is re-checked and dropped.
-WITH heads AS (
+-- The pending predicate is repeated on the locked row, so a row published or killed by
+-- someone else between the snapshot and the lock is re-checked and dropped.
+WITH heads AS MATERIALIZED (
     SELECT h.seq, h.aggregate_type, h.aggregate_id
     FROM {{schema}}.events h
     WHERE h.published_at IS NULL AND h.dead_at IS NULL
-      AND h.partition BETWEEN $1 AND $2
       AND h.available_at <= now()
-      AND NOT EXISTS (
-          SELECT 1 FROM {{schema}}.events p
+      AND ($1::int[] IS NULL OR h.partition = ANY($1::int[]))
+      -- head: the first pending row of its aggregate (a correlated min(): one probe of
+      -- events_pending_aggregate per row, whatever the statistics say)
+      AND h.seq = (
+          SELECT min(p.seq) FROM {{schema}}.events p
           WHERE p.aggregate_type = h.aggregate_type AND p.aggregate_id = h.aggregate_id
-            AND p.seq < h.seq AND p.published_at IS NULL AND p.dead_at IS NULL)
-      AND (h.aggregate_type = ANY($5::text[]) OR NOT EXISTS (
-          SELECT 1 FROM {{schema}}.events d
+            AND p.published_at IS NULL AND p.dead_at IS NULL)
+      -- not held by an earlier dead event (one probe of events_held)
+      AND (h.aggregate_type = ANY($4::text[]) OR (
+          SELECT d.seq FROM {{schema}}.events d
           WHERE d.aggregate_type = h.aggregate_type AND d.aggregate_id = h.aggregate_id
-            AND d.seq < h.seq AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL))
+            AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < h.seq
+          LIMIT 1) IS NULL)
     ORDER BY h.seq
-    LIMIT $3
-), picked AS (
+    LIMIT $2
+), picked AS MATERIALIZED (
     SELECT seq, 1 AS rn, true AS ready FROM heads
     UNION ALL
     SELECT f.seq, f.rn, f.ready
@@ -43,20 +50,27 @@ WITH heads AS (
         FROM {{schema}}.events x
         WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
           AND x.seq > h.seq AND x.published_at IS NULL AND x.dead_at IS NULL
-          AND (x.aggregate_type = ANY($5::text[]) OR NOT EXISTS (
-              SELECT 1 FROM {{schema}}.events d
+          AND (x.aggregate_type = ANY($4::text[]) OR (
+              SELECT d.seq FROM {{schema}}.events d
               WHERE d.aggregate_type = x.aggregate_type AND d.aggregate_id = x.aggregate_id
-                AND d.seq < x.seq AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL))
+                AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < x.seq
+              LIMIT 1) IS NULL)
         ORDER BY x.seq
-        LIMIT $4 - 1
+        LIMIT $3 - 1
     ) f
 )
-SELECT e.seq, e.id, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_version, 0), e.event_type,
-       e.schema_version, coalesce(e.topic, ''), e.headers, e.content_type,
-       coalesce(convert_to(e.payload::text, 'UTF8'), e.payload_bytes), e.trace_parent, e.created_at,
+-- Lock each picked row by its primary key, one probe per row.
+SELECT e.seq, e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
+       e.schema_version, e.topic, e.headers, e.content_type, e.payload, e.trace_parent, e.created_at,
        e.attempts, pk.rn, pk.ready
 FROM picked pk
-JOIN {{schema}}.events e ON e.seq = pk.seq
-WHERE e.published_at IS NULL AND e.dead_at IS NULL
+CROSS JOIN LATERAL (
+    SELECT x.seq, x.id, x.aggregate_type, x.aggregate_id, coalesce(x.aggregate_version, 0) AS aggregate_version,
+           x.event_type, x.schema_version, coalesce(x.topic, '') AS topic, x.headers, x.content_type,
+           coalesce(convert_to(x.payload::text, 'UTF8'), x.payload_bytes) AS payload, x.trace_parent,
+           x.created_at, x.attempts
+    FROM {{schema}}.events x
+    WHERE x.seq = pk.seq AND x.published_at IS NULL AND x.dead_at IS NULL
+    FOR UPDATE SKIP LOCKED
+) e
 ORDER BY pk.rn, e.seq
-FOR UPDATE OF e SKIP LOCKED
