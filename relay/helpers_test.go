@@ -20,7 +20,12 @@ import (
 	"github.com/outboxkit/outbox/relay"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	pgtest.Main(m)
+}
 
 // testSink records deliveries; fail (optional) decides a message's result before it
 // is recorded. It honours the Sink contract: after a failure, later messages of the
