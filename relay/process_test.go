@@ -133,8 +133,8 @@ type child struct {
 	owner      string
 	done       chan struct{}
 	publishing chan struct{} // receives (without blocking the child) when a publish starts
-	mu    sync.Mutex
-	stats *relay.Stats
+	mu         sync.Mutex
+	stats      *relay.Stats
 }
 
 func startChild(t *testing.T, dsn string, cfg childConfig) *child {
