@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -433,20 +434,28 @@ func TestAggregateLockMakesSeqOrderCommitOrder(t *testing.T) {
 			}
 			b := event("shared")
 			b.ID = outbox.NewID()
+			var aCommitting atomic.Bool
 			bDone := make(chan error, 1)
 			go func() {
-				bDone <- outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return w.Enqueue(ctx, outbox.PgxTx(tx), b) },
-					func(context.Context) { committed(b.ID) })
+				bDone <- outbox.WithTx(ctx, pool, func(tx pgx.Tx) error {
+					err := w.Enqueue(ctx, outbox.PgxTx(tx), b)
+					if lock && !aCommitting.Load() {
+						return errors.New("B's Enqueue returned before A committed: the aggregate lock did not hold it")
+					}
+					return err
+				}, func(context.Context) { committed(b.ID) })
 			}()
 			if lock {
 				waitForLockWait(t, pool) // B waits for A's aggregate lock
 			} else if err := <-bDone; err != nil { // B commits first
 				t.Fatal(err)
 			}
+			// With the lock, B's commit can only follow A's: record A first.
+			aCommitting.Store(true)
+			committed(a.ID)
 			if err := txA.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			committed(a.ID)
 			if lock {
 				if err := <-bDone; err != nil {
 					t.Fatal(err)

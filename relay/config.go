@@ -71,6 +71,12 @@ type Config struct {
 	// PollInterval is how long an idle relay waits before looking for work again.
 	// Default 500ms.
 	PollInterval time.Duration
+	// Wakeup says how an idle relay learns of new events sooner than PollInterval.
+	// WakeupListen (the default) LISTENs, on one dedicated connection, for the wake-ups
+	// sent by outbox.Notifier and the opt-in trigger (InstallNotifyTrigger), and falls
+	// back to polling alone, with a warning, when its start-up self-test finds that
+	// notifications do not arrive (a transaction-pooling PgBouncer). WakeupPoll only polls.
+	Wakeup Wakeup
 	// Concurrency is the number of batches in flight at once. Default 1.
 	Concurrency int
 	// MaxAttempts is the attempt budget of an event failing transiently; it is dead
@@ -127,6 +133,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.MaxPerAggregate = cmp.Or(cfg.MaxPerAggregate, 10)
 	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, 30*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
+	cfg.Wakeup = cmp.Or(cfg.Wakeup, WakeupListen)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
 	cfg.RetryBaseDelay = cmp.Or(cfg.RetryBaseDelay, time.Second)
@@ -159,6 +166,7 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.MaxPerAggregate >= 1 && cfg.MaxPerAggregate <= maxBatchSize, "MaxPerAggregate must be between 1 and %d, got %d", maxBatchSize, cfg.MaxPerAggregate)
 	check(cfg.BatchTimeout > 0, "BatchTimeout must be positive, got %s", cfg.BatchTimeout)
 	check(cfg.PollInterval > 0, "PollInterval must be positive, got %s", cfg.PollInterval)
+	check(cfg.Wakeup == WakeupListen || cfg.Wakeup == WakeupPoll, "Wakeup must be %q or %q, got %q", WakeupListen, WakeupPoll, cfg.Wakeup)
 	check(cfg.Concurrency >= 1 && cfg.Concurrency <= 64, "Concurrency must be between 1 and 64, got %d", cfg.Concurrency)
 	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)
 	check(cfg.RetryBaseDelay > 0, "RetryBaseDelay must be positive, got %s", cfg.RetryBaseDelay)

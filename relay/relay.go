@@ -49,6 +49,7 @@ type Relay struct {
 	leases        leaseSet
 	leaseWake     chan struct{}
 	wakeupChannel string
+	listener      *listener // nil with Config.Wakeup WakeupPoll
 
 	q          queries
 	iitTimeout string
@@ -97,7 +98,7 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	// A claim transaction is idle while the sink publishes; past the batch's budget plus
 	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
 	iit := c.BatchTimeout + 30*time.Second
-	return &Relay{
+	r := &Relay{
 		pool:          pool,
 		sink:          sink,
 		cfg:           c,
@@ -107,10 +108,14 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 		owner:         uuid.NewString(),
 		leases:        leaseSet{owned: map[int]*lease{}},
 		leaseWake:     make(chan struct{}, 1),
-		wakeupChannel: "outbox_wakeup_" + c.Schema,
+		wakeupChannel: outbox.WakeupChannel(c.Schema),
 		q:             newQueries(quoted, claim),
 		iitTimeout:    fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds()),
-	}, nil
+	}
+	if c.Wakeup == WakeupListen {
+		r.listener = newListener(pool, c.Schema, r.Wake, r.notified, r.log)
+	}
+	return r, nil
 }
 
 // Wake asks the relay to look for work (and, in ordered mode, for free leases) now
@@ -167,6 +172,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	if r.cfg.Retention.Mode != DeleteOnPublish {
 		wg.Go(func() { r.retain(fail) })
+	}
+	if r.listener != nil {
+		wg.Go(func() { r.listener.run(fail) })
 	}
 	wg.Wait()
 	if !errors.Is(firstErr, failpoint.ErrCrash) { // a simulated crash releases nothing

@@ -36,6 +36,10 @@ type Stats struct {
 	// AbandonedBatches counts batches dropped unpublished because the lease might have
 	// expired while the batch was being claimed (a pause, a slow database).
 	AbandonedBatches int64
+	// WakeupListening reports that the wake-up listener (Config.Wakeup WakeupListen)
+	// passed its start-up self-test: wake-ups arrive. False while it starts, after it
+	// gave up (the relay then only polls), and with WakeupPoll.
+	WakeupListening bool
 }
 
 type counters struct {
@@ -59,5 +63,6 @@ func (r *Relay) Stats() Stats {
 		Purged: c.purged.Load(), LeasesAcquired: c.leasesAcquired.Load(), LeasesRescued: c.leasesRescued.Load(),
 		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
 		AbandonedBatches: c.abandonedBatches.Load(),
+		WakeupListening:  r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
 	}
 }
