@@ -68,7 +68,13 @@ type Config struct {
 	// BatchTimeout is the time budget of one batch: claim, publish and mark. A publish
 	// still running then is abandoned (its events are published again later). Default 30s.
 	BatchTimeout time.Duration
-	// PollInterval is how long an idle relay waits before looking for work again.
+	// FallbackPollInterval is how long an idle relay waits before looking for work
+	// again while its wake-up listener works (notifications wake it sooner). It covers
+	// lost notifications. Default 5s.
+	FallbackPollInterval time.Duration
+	// PollInterval is how long an idle relay waits before looking for work again when no
+	// listener works (Wakeup is WakeupPoll, the listener is reconnecting, or its
+	// self-test failed).
 	// Default 500ms.
 	PollInterval time.Duration
 	// Wakeup says how an idle relay learns of new events sooner than PollInterval.
@@ -133,6 +139,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.MaxPerAggregate = cmp.Or(cfg.MaxPerAggregate, 10)
 	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, 30*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
+	cfg.FallbackPollInterval = cmp.Or(cfg.FallbackPollInterval, 5*time.Second)
 	cfg.Wakeup = cmp.Or(cfg.Wakeup, WakeupListen)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
@@ -166,6 +173,7 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.MaxPerAggregate >= 1 && cfg.MaxPerAggregate <= maxBatchSize, "MaxPerAggregate must be between 1 and %d, got %d", maxBatchSize, cfg.MaxPerAggregate)
 	check(cfg.BatchTimeout > 0, "BatchTimeout must be positive, got %s", cfg.BatchTimeout)
 	check(cfg.PollInterval > 0, "PollInterval must be positive, got %s", cfg.PollInterval)
+	check(cfg.FallbackPollInterval > 0, "FallbackPollInterval must be positive, got %s", cfg.FallbackPollInterval)
 	check(cfg.Wakeup == WakeupListen || cfg.Wakeup == WakeupPoll, "Wakeup must be %q or %q, got %q", WakeupListen, WakeupPoll, cfg.Wakeup)
 	check(cfg.Concurrency >= 1 && cfg.Concurrency <= 64, "Concurrency must be between 1 and 64, got %d", cfg.Concurrency)
 	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)

@@ -146,14 +146,15 @@ func aggregates(prefix string, n int) []string {
 // fastConfig is a relay config for tests: short waits.
 func fastConfig() *relay.Config {
 	return &relay.Config{
-		PollInterval:        20 * time.Millisecond,
-		RetryBaseDelay:      20 * time.Millisecond,
-		RetryMaxDelay:       200 * time.Millisecond,
-		BreakerInitialDelay: 100 * time.Millisecond,
-		BreakerMaxDelay:     400 * time.Millisecond,
-		ShutdownTimeout:     5 * time.Second,
-		LeaseTTL:            time.Second,
-		Logger:              slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		PollInterval:         20 * time.Millisecond,
+		FallbackPollInterval: 20 * time.Millisecond,
+		RetryBaseDelay:       20 * time.Millisecond,
+		RetryMaxDelay:        200 * time.Millisecond,
+		BreakerInitialDelay:  100 * time.Millisecond,
+		BreakerMaxDelay:      400 * time.Millisecond,
+		ShutdownTimeout:      5 * time.Second,
+		LeaseTTL:             time.Second,
+		Logger:               slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 }
 

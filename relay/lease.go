@@ -125,42 +125,30 @@ func (r *Relay) leaseRound(ctx context.Context) time.Duration {
 		}
 		return min(interval, time.Second)
 	}
-	sent := time.Now()
-	var members int
-	if err := r.pool.QueryRow(ctx, r.q.leaseBeat, r.owner, ttl.Milliseconds()).Scan(&members); err != nil {
-		return fail("relay heartbeat", err)
-	}
-	target := (r.cfg.Partitions + members - 1) / members
-
 	// Renew what we hold, except partitions whose work is past its budget.
 	r.leases.mu.Lock()
 	var parts []int
 	var epochs []int64
 	for p, l := range r.leases.owned {
-		if l.busy > 0 && sent.Sub(l.busySince) > r.cfg.BatchTimeout {
+		if l.busy > 0 && time.Since(l.busySince) > r.cfg.BatchTimeout {
 			continue
 		}
 		parts = append(parts, p)
 		epochs = append(epochs, l.epoch)
 	}
 	r.leases.mu.Unlock()
+	sent := time.Now()
+	var (
+		members     int
+		renewedList []int32
+	)
+	if err := r.pool.QueryRow(ctx, r.q.leaseBeat, r.owner, ttl.Milliseconds(), parts, epochs).Scan(&members, &renewedList); err != nil {
+		return fail("relay heartbeat", err)
+	}
+	target := (r.cfg.Partitions + members - 1) / members
 	renewed := map[int]bool{}
-	if len(parts) > 0 {
-		rows, err := r.pool.Query(ctx, r.q.leaseRenew, r.owner, parts, epochs, ttl.Milliseconds())
-		if err != nil {
-			return fail("renew leases", err)
-		}
-		for rows.Next() {
-			var p int
-			if err := rows.Scan(&p); err != nil {
-				rows.Close()
-				return fail("renew leases", err)
-			}
-			renewed[p] = true
-		}
-		if err := rows.Err(); err != nil {
-			return fail("renew leases", err)
-		}
+	for _, p := range renewedList {
+		renewed[int(p)] = true
 	}
 	deadline := sent.Add(ttl - r.leaseMargin())
 	r.leases.mu.Lock()

@@ -77,6 +77,7 @@ type listener struct {
 	beforeConnect func(ctx context.Context)
 
 	selfTest      atomic.Int32 // a selfTestState
+	listening     atomic.Bool  // connected, LISTENing, and the self-test passed
 	connects      atomic.Int64 // connections that reached LISTEN (and passed the self-test)
 	notifications atomic.Int64 // notifications received, the self-test's own excluded
 }
@@ -106,6 +107,9 @@ func newListener(pool *pgxpool.Pool, schema string, wake func(), notified func(p
 	}
 	return l
 }
+
+// isListening reports whether notifications reach the relay right now.
+func (l *listener) isListening() bool { return l != nil && l.listening.Load() }
 
 // selfTestResult reports the self-test's outcome so far.
 func (l *listener) selfTestResult() selfTestState { return selfTestState(l.selfTest.Load()) }
@@ -154,8 +158,10 @@ func (l *listener) run(ctx context.Context) {
 			l.log.InfoContext(ctx, "wake-up listener listening again", slog.Int("attempt", failures+1))
 		}
 		failures, lost = 0, true
+		l.listening.Store(l.selfTestResult() == selfTestPassed)
 		l.wake() // an event may have committed while nothing was listening
 		err = l.listen(ctx, conn)
+		l.listening.Store(false)
 		l.closeConn(conn)
 		if ctx.Err() != nil {
 			return

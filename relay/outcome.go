@@ -18,6 +18,7 @@ type settlement struct {
 
 	published, retried, dead int
 	deadMsgs                 []deadMsg
+	earliestRetry            time.Time
 }
 
 type deadMsg struct {
@@ -66,8 +67,12 @@ func (r *Relay) outcomes(msgs []outbox.Message, results []error) (s settlement, 
 			s.deadMsgs = append(s.deadMsgs, deadMsg{m, reason})
 		default:
 			reason := truncate(err.Error())
-			s.add(m.Seq, "retry", &reason, r.backoff(m.Attempt).Milliseconds())
+			delay := r.backoff(m.Attempt)
+			s.add(m.Seq, "retry", &reason, delay.Milliseconds())
 			s.retried++
+			if at := time.Now().Add(delay); s.earliestRetry.IsZero() || at.Before(s.earliestRetry) {
+				s.earliestRetry = at
+			}
 		}
 	}
 	return s, false

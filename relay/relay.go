@@ -43,6 +43,9 @@ type Relay struct {
 	wake    chan struct{}
 	stats   counters
 	crashed atomic.Bool // a simulated crash (failpoint): leases are abandoned, not released
+	// nextRetry is the earliest retry (unix ns) this relay scheduled that may still be
+	// pending; an idle relay looks again then. 0: none.
+	nextRetry atomic.Int64
 
 	// owner identifies this relay in leases and relay_members: random per relay.
 	owner         string
@@ -60,7 +63,7 @@ type queries struct {
 	claim, settle, config       string
 	purge, purgeNext, purgeLock string
 	leaseInit, leaseBeat        string
-	leaseRenew, leaseAcquire    string
+	leaseAcquire, probe         string
 	leaseRelease                string
 	leaseNextExpiry             string
 }
@@ -70,7 +73,7 @@ func newQueries(quoted, claim string) queries {
 	return queries{
 		claim: q(claim), settle: q("settle"), config: q("relay_config"),
 		purge: q("purge"), purgeNext: q("purge_next"), purgeLock: q("purge_lock"),
-		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"), leaseRenew: q("lease_renew"),
+		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"), probe: q("probe"),
 		leaseAcquire: q("lease_acquire"), leaseRelease: q("lease_release"), leaseNextExpiry: q("lease_next_expiry"),
 	}
 }
@@ -206,10 +209,19 @@ func (r *Relay) checkConfig(ctx context.Context) error {
 // work runs batches until ctx is done. Batches use hard, so one in flight when ctx is
 // cancelled can still finish.
 func (r *Relay) work(ctx, hard context.Context) error {
+	probe := false // idle and not woken: ask cheaply before claiming
 	for ctx.Err() == nil {
 		if ok, wait := r.breaker.acquire(time.Now()); !ok {
 			r.sleep(ctx, wait, false)
 			continue
+		}
+		if probe {
+			ready, err := r.workReady(hard)
+			if err == nil && !ready {
+				r.breaker.inconclusive()
+				probe = !r.sleep(ctx, r.idleWait(), true)
+				continue
+			}
 		}
 		res, err := r.runBatch(hard)
 		switch {
@@ -223,16 +235,33 @@ func (r *Relay) work(ctx, hard context.Context) error {
 			r.stats.errors.Add(1)
 			r.log.WarnContext(ctx, "batch failed", slog.Any("error", err))
 			r.sleep(ctx, r.cfg.PollInterval, false)
+			probe = false
 		case res.claimed == 0:
 			r.breaker.inconclusive()
-			r.sleep(ctx, r.cfg.PollInterval, true)
+			probe = !r.sleep(ctx, r.idleWait(), true)
+		default:
+			probe = false
 		}
 	}
 	return nil
 }
 
+// idleWait is how long an idle relay waits for a wake-up before looking again.
+func (r *Relay) idleWait() time.Duration {
+	idle := r.cfg.PollInterval
+	if r.listener.isListening() {
+		idle = r.cfg.FallbackPollInterval
+	}
+	// Retries this relay scheduled come due without any notification.
+	if due := r.nextRetry.Load(); due != 0 {
+		idle = min(idle, max(time.Until(time.Unix(0, due)), time.Millisecond))
+	}
+	return idle
+}
+
 // sleep waits d, or until ctx is done, or (when wakeable) until Wake is called.
-func (r *Relay) sleep(ctx context.Context, d time.Duration, wakeable bool) {
+// It reports whether a wake-up (or cancellation) ended the wait early.
+func (r *Relay) sleep(ctx context.Context, d time.Duration, wakeable bool) (woken bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var wake <-chan struct{}
@@ -241,8 +270,65 @@ func (r *Relay) sleep(ctx context.Context, d time.Duration, wakeable bool) {
 	}
 	select {
 	case <-ctx.Done():
+		return true
 	case <-t.C:
+		return false
 	case <-wake:
+		return true
+	}
+}
+
+// eventPartitions returns the event partitions of relay partitions parts, or nil when
+// parts are all of them (no filter needed).
+func (r *Relay) eventPartitions(parts []int) []int {
+	if len(parts) == r.cfg.Partitions {
+		return nil
+	}
+	var out []int
+	for _, p := range parts {
+		lo, hi := partitionRange(p, r.cfg.Partitions)
+		for ep := lo; ep <= hi; ep++ {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// workReady answers, with one cheap query, whether an idle relay has anything to claim.
+func (r *Relay) workReady(ctx context.Context) (bool, error) {
+	var scope []int
+	if r.cfg.Mode == Ordered {
+		parts, _, done := r.leases.claimable(time.Now())
+		done()
+		if len(parts) == 0 {
+			return false, nil
+		}
+		scope = r.eventPartitions(parts)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
+	defer cancel()
+	var ready bool
+	if err := r.pool.QueryRow(ctx, r.q.probe, scope).Scan(&ready); err != nil {
+		return false, fmt.Errorf("probe for work: %w", err)
+	}
+	return ready, nil
+}
+
+// noteRetries records the earliest retry a batch scheduled, forgetting one already due.
+func (r *Relay) noteRetries(earliest time.Time) {
+	now := time.Now().UnixNano()
+	for {
+		cur := r.nextRetry.Load()
+		next := cur
+		if cur != 0 && cur <= now {
+			next = 0
+		}
+		if !earliest.IsZero() && (next == 0 || earliest.UnixNano() < next) {
+			next = earliest.UnixNano()
+		}
+		if next == cur || r.nextRetry.CompareAndSwap(cur, next) {
+			return
+		}
 	}
 }
 
@@ -265,14 +351,7 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		if len(parts) == 0 {
 			return res, nil
 		}
-		if len(parts) < r.cfg.Partitions {
-			for _, p := range parts {
-				lo, hi := partitionRange(p, r.cfg.Partitions)
-				for ep := lo; ep <= hi; ep++ {
-					eventPartitions = append(eventPartitions, ep)
-				}
-			}
-		}
+		eventPartitions = r.eventPartitions(parts)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout+10*time.Second)
 	defer cancel()
@@ -367,6 +446,7 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		r.breaker.inconclusive()
 	}
 	res.published, res.retried, res.dead = out.published, out.retried, out.dead
+	r.noteRetries(out.earliestRetry)
 	r.stats.add(res)
 	for _, d := range out.deadMsgs {
 		r.log.WarnContext(ctx, "event dead", slog.String("event_id", d.msg.ID.String()), slog.String("event_type", d.msg.EventType),

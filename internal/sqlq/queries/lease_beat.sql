@@ -1,5 +1,8 @@
--- lease_beat: announce this relay ($1, alive for $2 ms) and count the live relays.
--- Members gone for an hour are forgotten.
+-- lease_beat: one round trip per lease round. Announce this relay ($1, alive for $2 ms),
+-- renew the leases it still holds at the epochs it knows ($3 partitions, $4 epochs) for
+-- $2 ms, and count the live relays. Returns the live count and the partitions renewed; a
+-- partition not returned was taken over (its epoch moved on) and is lost. Members gone
+-- for an hour are forgotten.
 WITH beat AS (
     INSERT INTO {{schema}}.relay_members (owner, expires_at)
     VALUES ($1, now() + $2 * interval '1 millisecond')
@@ -7,5 +10,12 @@ WITH beat AS (
     RETURNING owner
 ), forget AS (
     DELETE FROM {{schema}}.relay_members WHERE expires_at < now() - interval '1 hour'
+), renewed AS (
+    UPDATE {{schema}}.leases l
+    SET expires_at = now() + $2 * interval '1 millisecond', renewed_at = now()
+    FROM unnest($3::int[], $4::bigint[]) AS m(partition, epoch)
+    WHERE l.partition = m.partition AND l.epoch = m.epoch AND l.owner = $1
+    RETURNING l.partition
 )
-SELECT 1 + count(*) FROM {{schema}}.relay_members WHERE expires_at > now() AND owner <> $1
+SELECT 1 + (SELECT count(*) FROM {{schema}}.relay_members WHERE expires_at > now() AND owner <> $1),
+       coalesce((SELECT array_agg(partition) FROM renewed), '{}')

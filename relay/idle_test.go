@@ -1,0 +1,51 @@
+package relay_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/relay"
+)
+
+// An idle relay with the default settings (ordered, leases, LISTEN wake-ups) costs at
+// most 1 query per second, and still wakes within milliseconds of a notified commit.
+func TestIdleRelayCostsAtMostOneQueryPerSecond(t *testing.T) {
+	t.Parallel()
+	connString := pgtest.ConnString(t, nil)
+	pool := pgtest.PoolFor(t, connString)
+	relayPool, queries := countedPool(t, connString)
+	sink := newTestSink()
+	r := newRelay(t, relayPool, sink, &relay.Config{})
+	start(t, r)
+	// Settle in: leases taken, listener self-tested.
+	waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+	deadline := time.Now().Add(10 * time.Second)
+	for !r.Stats().WakeupListening && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) //nolint:forbidigo // polling a flag with a deadline
+	}
+	if !r.Stats().WakeupListening {
+		t.Fatal("listener never came up")
+	}
+	before := queries.n.Load()
+	const window = 10 * time.Second
+	time.Sleep(window) //nolint:forbidigo // the idle window is what is measured
+	n := queries.n.Load() - before
+	t.Logf("idle relay: %d queries in %s", n, window)
+	if float64(n) > window.Seconds() {
+		t.Fatalf("idle relay sent %d queries in %s, want at most 1 per second", n, window)
+	}
+
+	// A commit announced by a Notifier is published long before the 5 s fallback poll.
+	notifier, err := outbox.NewNotifier(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notifier.Close()
+	enqueue(t, pool, []string{"idle"}, 1)
+	notifier.AfterCommit(t.Context())
+	began := time.Now()
+	sink.waitFor(t, 3*time.Second, "the notified event", func(m []outbox.Message) bool { return len(m) == 1 })
+	t.Logf("woken and published %s after the notify", time.Since(began))
+}
