@@ -135,18 +135,27 @@ func TestMigrationsSQLAppliesStandalone(t *testing.T) {
 	}
 }
 
-// partition is computed in SQL; the documented formula gives the same value in Go.
-func TestPartitionMatchesDocumentedFormula(t *testing.T) {
+// events.partition (generated inline) and partition_of() agree, and spread keys over
+// the 4096 event partitions.
+func TestPartitionColumnMatchesPartitionOf(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	for _, k := range [][2]string{{"order", "42"}, {"user", "ü-1"}, {"a", "b\x1fc"}} {
-		var got int
-		if err := pool.QueryRow(ctx, `SELECT outbox.partition_of($1, $2)`, k[0], k[1]).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if want := outboxmigrate.PartitionOf(k[0], k[1]); got != want {
-			t.Fatalf("partition_of(%q, %q) = %d in SQL, %d in Go", k[0], k[1], got, want)
-		}
+	_, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type)
+		SELECT gen_random_uuid(), 'order', 'o' || g, 'x' FROM generate_series(1, 2000) g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mismatched, distinct, outOfRange int
+	err = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE partition <> outbox.partition_of(aggregate_type, aggregate_id)),
+		count(DISTINCT partition), count(*) FILTER (WHERE partition NOT BETWEEN 0 AND 4095) FROM outbox.events`).Scan(&mismatched, &distinct, &outOfRange)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mismatched != 0 || outOfRange != 0 {
+		t.Fatalf("%d rows whose partition differs from partition_of, %d out of range", mismatched, outOfRange)
+	}
+	if distinct < 1500 {
+		t.Fatalf("2000 keys fell into only %d partitions: the hash does not spread", distinct)
 	}
 }

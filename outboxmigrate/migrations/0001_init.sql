@@ -6,15 +6,17 @@
 
 CREATE SCHEMA IF NOT EXISTS {{schema}};
 
--- partition_of maps an aggregate key to one of 4096 fixed event partitions.
--- It is md5-based so any language can compute the same value:
--- the first two bytes of md5(aggregate_type || E'\x1f' || aggregate_id), big endian, mod 4096.
--- Relay partitions (relay_config.partitions) cover contiguous ranges of these,
+-- partition_of maps an aggregate key to one of 4096 fixed event partitions: PostgreSQL's
+-- hashtext (the hash behind hash indexes, which must not change across releases) of
+-- aggregate_type || E'\x1f' || aggregate_id, low 12 bits. events.partition is generated
+-- from the same expression, written inline there: a SQL function call in a generated
+-- column cost writers measurably (docs/adr/0001-event-partitions.md).
+-- Relay partitions (relay_config.partitions) cover contiguous ranges of event partitions,
 -- so the relay's partition count can change without rewriting a row.
 CREATE FUNCTION {{schema}}.partition_of(aggregate_type text, aggregate_id text)
 RETURNS smallint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN (('x' || substr(md5(aggregate_type || chr(31) || aggregate_id), 1, 4))::bit(16)::integer % 4096)::smallint;
+RETURN (hashtext(aggregate_type || chr(31) || aggregate_id) & 4095)::smallint;
 
 CREATE TABLE {{schema}}.events (
     -- write order; per aggregate it is commit order while writers take the aggregate lock
@@ -25,7 +27,7 @@ CREATE TABLE {{schema}}.events (
     aggregate_id      text NOT NULL CHECK (aggregate_id <> ''),
     -- optional; unique per aggregate when set
     aggregate_version bigint CHECK (aggregate_version > 0),
-    partition         smallint NOT NULL GENERATED ALWAYS AS ({{schema}}.partition_of(aggregate_type, aggregate_id)) STORED,
+    partition         smallint NOT NULL GENERATED ALWAYS AS ((hashtext(aggregate_type || chr(31) || aggregate_id) & 4095)::smallint) STORED,
     event_type        text NOT NULL CHECK (event_type <> ''),
     schema_version    integer NOT NULL DEFAULT 1 CHECK (schema_version >= 1),
     -- overrides the sink's topic/subject/routing key when set
