@@ -24,6 +24,7 @@ unit: ## go test -race every module
 
 bench: ## benchmark programs and Go benchmarks; writes bench/RESULTS.md
 	cd bench && go run ./cmd/writerbench -out RESULTS.md
+	cd bench && go test -run '^$$' -bench . ./...
 
 tidy: ## go mod tidy every module on its own
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done

@@ -1,0 +1,268 @@
+// Command writerbench measures what outbox.Enqueue costs a writer's throughput.
+//
+// Against a PostgreSQL server it creates a database of its own (dropped and recreated
+// at start), migrates it with outboxmigrate and measures, at 1, 8 and 32 concurrent
+// clients, the throughput of a business transaction (one UPDATE of a random account)
+// alone, with one INSERT into a minimal events table, and with one outbox.Enqueue.
+// It also compares one Enqueue call of 100 events with 100 calls of one event each.
+// Every configuration runs interleaved with the others -runs times; the medians are
+// printed and written to the "Writer" section of the -out file.
+//
+// Usage (from bench/):
+//
+//	go run ./cmd/writerbench -out RESULTS.md
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/bench/internal/benchdb"
+)
+
+// clientCounts are the numbers of concurrent clients measured.
+var clientCounts = []int{1, 8, 32}
+
+// batchSize is the number of events per transaction in the batch comparison.
+const batchSize = 100
+
+type mode int
+
+const (
+	modeBase    mode = iota // the business transaction alone
+	modeMinimal             // plus one INSERT into minimal_events
+	modeOutbox              // plus one outbox.Enqueue
+)
+
+var modes = []mode{modeBase, modeMinimal, modeOutbox}
+
+func (m mode) String() string {
+	return [...]string{"business only", "+ minimal insert", "+ outbox.Enqueue"}[m]
+}
+
+type options struct {
+	dsn      string
+	database string
+	out      string
+	duration time.Duration
+	runs     int
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.dsn, "dsn", benchdb.DefaultDSN, "PostgreSQL server to benchmark (any database; the benchmark creates its own)")
+	flag.StringVar(&o.database, "db", "outbox_writerbench", "database to drop, create and benchmark in")
+	flag.StringVar(&o.out, "out", "", `file whose "Writer" section receives the results (replaced or appended); empty: stdout only`)
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of one throughput or batch measurement")
+	flag.IntVar(&o.runs, "runs", 5, "interleaved runs of every configuration; the median is reported")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writerbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	if o.runs < 1 || o.duration <= 0 {
+		return errors.New("-runs must be at least 1 and -duration positive")
+	}
+	maxClients := slices.Max(clientCounts)
+	pool, err := benchdb.Setup(ctx, o.dsn, o.database, int32(maxClients))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	rep := report{started: time.Now(), opts: o, loadStart: loadAvg()}
+	if rep.machine, err = describeMachine(ctx, pool); err != nil {
+		return err
+	}
+
+	// Warm up: open every connection and prepare every statement on it.
+	for _, m := range modes {
+		if _, err := throughput(ctx, pool, m, maxClients, o.duration/5); err != nil {
+			return fmt.Errorf("warm-up %s: %w", m, err)
+		}
+	}
+
+	rep.tps = make([][][]float64, len(clientCounts))
+	for ci := range clientCounts {
+		rep.tps[ci] = make([][]float64, len(modes))
+	}
+	rep.batch = make([][]batchResult, 2)
+	for r := range o.runs {
+		for ci, clients := range clientCounts {
+			for _, m := range modes {
+				if err := benchdb.Reset(ctx, pool); err != nil {
+					return err
+				}
+				tps, err := throughput(ctx, pool, m, clients, o.duration)
+				if err != nil {
+					return fmt.Errorf("run %d, %d clients, %s: %w", r+1, clients, m, err)
+				}
+				rep.tps[ci][m] = append(rep.tps[ci][m], tps)
+				fmt.Fprintf(os.Stderr, "run %d/%d  %2d clients  %-17s %8.0f tx/s\n", r+1, o.runs, clients, m, tps)
+			}
+		}
+		for i, single := range []bool{false, true} {
+			if err := benchdb.Reset(ctx, pool); err != nil {
+				return err
+			}
+			res, err := batchRun(ctx, pool, single, o.duration)
+			if err != nil {
+				return fmt.Errorf("run %d, %s: %w", r+1, batchName(single), err)
+			}
+			rep.batch[i] = append(rep.batch[i], res)
+			fmt.Fprintf(os.Stderr, "run %d/%d  %-10s %8.1f µs/event in Enqueue, %8.1f µs/event per transaction\n",
+				r+1, o.runs, batchName(single), micros(res.enqueuePerEvent()), micros(res.txPerEvent()))
+		}
+	}
+	rep.loadEnd = loadAvg()
+	if err := benchdb.Reset(ctx, pool); err != nil {
+		return err
+	}
+
+	section := rep.markdown()
+	fmt.Print(section)
+	if o.out != "" {
+		if err := writeSection(o.out, sectionTitle, section); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote section %q of %s\n", sectionTitle, o.out)
+	}
+	return nil
+}
+
+// throughput runs business transactions of mode m from clients goroutines for d and
+// returns the committed transactions per second.
+func throughput(ctx context.Context, pool *pgxpool.Pool, m mode, clients int, d time.Duration) (float64, error) {
+	var stop atomic.Bool
+	var committed atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	seed := uint64(time.Now().UnixNano())
+	start := time.Now()
+	timer := time.AfterFunc(d, func() { stop.Store(true) })
+	defer timer.Stop()
+	for c := range clients {
+		rng := rand.New(rand.NewPCG(seed, uint64(c))) //nolint:gosec // load generation, not security
+		g.Go(func() error {
+			for !stop.Load() {
+				if err := businessTx(gctx, pool, m, 1+rng.IntN(benchdb.Accounts)); err != nil {
+					return err
+				}
+				committed.Add(1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	return float64(committed.Load()) / time.Since(start).Seconds(), nil
+}
+
+// businessTx credits one account and, depending on m, records an event, in one
+// transaction.
+func businessTx(ctx context.Context, pool *pgxpool.Pool, m mode, id int) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // no-op once committed
+	if _, err := tx.Exec(ctx, benchdb.UpdateSQL, id); err != nil {
+		return fmt.Errorf("update account %d: %w", id, err)
+	}
+	switch m {
+	case modeBase:
+	case modeMinimal:
+		if _, err := tx.Exec(ctx, benchdb.MinimalInsertSQL, "account/"+strconv.Itoa(id), "account.credited", benchdb.Payload); err != nil {
+			return fmt.Errorf("insert minimal event: %w", err)
+		}
+	case modeOutbox:
+		if err := outbox.Enqueue(ctx, outbox.PgxTx(tx), benchdb.Event(id)); err != nil {
+			return fmt.Errorf("enqueue: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// batchResult is one batch-comparison measurement.
+type batchResult struct {
+	events  int
+	enqueue time.Duration // spent in Enqueue calls
+	tx      time.Duration // spent in whole transactions: begin, Enqueue calls, commit
+}
+
+func (b batchResult) enqueuePerEvent() time.Duration { return b.enqueue / time.Duration(b.events) }
+func (b batchResult) txPerEvent() time.Duration      { return b.tx / time.Duration(b.events) }
+
+func batchName(single bool) string {
+	if single {
+		return "single" + strconv.Itoa(batchSize)
+	}
+	return "batch" + strconv.Itoa(batchSize)
+}
+
+// batchRun writes transactions of batchSize events (for distinct accounts) from one
+// client for d: in one Enqueue call, or in batchSize calls of one event when single.
+func batchRun(ctx context.Context, pool *pgxpool.Pool, single bool, d time.Duration) (batchResult, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return batchResult{}, fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)) //nolint:gosec // load generation, not security
+	var res batchResult
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		events := benchdb.Batch(1+rng.IntN(benchdb.Accounts), batchSize)
+		t0 := time.Now()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return batchResult{}, fmt.Errorf("begin: %w", err)
+		}
+		t1 := time.Now()
+		if single {
+			for _, e := range events {
+				if err = outbox.Enqueue(ctx, outbox.PgxTx(tx), e); err != nil {
+					break
+				}
+			}
+		} else {
+			err = outbox.Enqueue(ctx, outbox.PgxTx(tx), events...)
+		}
+		res.enqueue += time.Since(t1)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return batchResult{}, fmt.Errorf("enqueue: %w", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return batchResult{}, fmt.Errorf("commit: %w", err)
+		}
+		res.tx += time.Since(t0)
+		res.events += len(events)
+	}
+	return res, nil
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
