@@ -1,12 +1,9 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -82,24 +79,6 @@ func Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 	return defaultWriter.Enqueue(ctx, tx, events...)
 }
 
-// row is one event as the enqueue statement reads it (json_to_recordset).
-type row struct {
-	Ord              int               `json:"ord"`
-	ID               uuid.UUID         `json:"id"`
-	AggregateType    string            `json:"aggregate_type"`
-	AggregateID      string            `json:"aggregate_id"`
-	AggregateVersion int64             `json:"aggregate_version,omitempty"`
-	EventType        string            `json:"event_type"`
-	SchemaVersion    int               `json:"schema_version"`
-	Topic            string            `json:"topic,omitempty"`
-	Headers          map[string]string `json:"headers,omitempty"`
-	ContentType      string            `json:"content_type"`
-	Payload          json.RawMessage   `json:"payload,omitempty"`
-	PayloadBase64    string            `json:"payload_b64,omitempty"`
-	TraceParent      string            `json:"trace_parent,omitempty"`
-	AvailableAt      *time.Time        `json:"available_at,omitempty"`
-}
-
 // Enqueue writes events into the caller's transaction tx, all in one statement and one
 // round trip. They are published after tx commits, and never if it rolls back.
 //
@@ -115,13 +94,17 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	rows := make([]row, len(events))
+	// The events travel as one JSON array (ADR 0003), built by hand: encoding/json would
+	// re-validate every payload it has already been checked here.
+	buf := make([]byte, 0, 256*len(events))
+	buf = append(buf, '[')
+	ids := make([]uuid.UUID, len(events))
 	seen := make(map[uuid.UUID]int, len(events))
 	type versionKey struct {
 		aggregateType, aggregateID string
 		version                    int64
 	}
-	seenVersions := map[versionKey]int{}
+	var seenVersions map[versionKey]int
 	for i, e := range events {
 		e, err := w.validate(i, e)
 		if err != nil {
@@ -132,55 +115,41 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 		}
 		seen[e.ID] = i
 		if e.AggregateVersion > 0 {
+			if seenVersions == nil {
+				seenVersions = map[versionKey]int{}
+			}
 			k := versionKey{e.AggregateType, e.AggregateID, e.AggregateVersion}
 			if j, dup := seenVersions[k]; dup {
 				return &ValidationError{Index: i, Field: "AggregateVersion", Reason: fmt.Sprintf("repeats the aggregate version of event %d in this call", j)}
 			}
 			seenVersions[k] = i
 		}
-		r := row{
-			Ord: i, ID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
-			AggregateVersion: e.AggregateVersion, EventType: e.EventType, SchemaVersion: e.SchemaVersion,
-			Topic: e.Topic, Headers: e.Headers, ContentType: e.ContentType, TraceParent: e.TraceParent,
+		ids[i] = e.ID
+		if i > 0 {
+			buf = append(buf, ',')
 		}
-		switch {
-		case len(e.Payload) == 0:
-		case isJSONContentType(e.ContentType):
-			r.Payload = e.Payload
-		default:
-			r.PayloadBase64 = base64.StdEncoding.EncodeToString(e.Payload)
-		}
-		if !e.AvailableAt.IsZero() {
-			at := e.AvailableAt
-			r.AvailableAt = &at
-		}
-		rows[i] = r
+		buf = appendRow(buf, i, &e)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(rows); err != nil {
-		return fmt.Errorf("enqueue: encode events: %w", err)
-	}
-	inserted, err := tx.queryStrings(ctx, w.insertSQL, buf.String(), w.lock)
+	buf = append(buf, ']')
+	inserted, err := tx.queryStrings(ctx, w.insertSQL, string(buf), w.lock)
 	if err != nil {
 		return fmt.Errorf("enqueue: insert %d events: %w", len(events), err)
 	}
 	if len(inserted) == len(events) {
 		return nil
 	}
-	return w.conflicts(ctx, tx, rows, inserted)
+	return w.conflicts(ctx, tx, ids, inserted)
 }
 
 // conflicts explains which events ON CONFLICT DO NOTHING skipped, and why.
-func (w *Writer) conflicts(ctx context.Context, tx Tx, rows []row, inserted []string) error {
+func (w *Writer) conflicts(ctx context.Context, tx Tx, ids []uuid.UUID, inserted []string) error {
 	done := make(map[string]bool, len(inserted))
 	for _, id := range inserted {
 		done[id] = true
 	}
 	var skipped []string
-	for _, r := range rows {
-		if id := r.ID.String(); !done[id] {
+	for _, u := range ids {
+		if id := u.String(); !done[id] {
 			skipped = append(skipped, id)
 		}
 	}

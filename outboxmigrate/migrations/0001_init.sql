@@ -23,13 +23,13 @@ CREATE TABLE {{schema}}.events (
     seq               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- the event's identity: UUIDv7 unless the writer supplied one; sent as the message id
     id                uuid NOT NULL,
-    aggregate_type    text NOT NULL CHECK (aggregate_type <> ''),
-    aggregate_id      text NOT NULL CHECK (aggregate_id <> ''),
+    aggregate_type    text NOT NULL,
+    aggregate_id      text NOT NULL,
     -- optional; unique per aggregate when set
-    aggregate_version bigint CHECK (aggregate_version > 0),
+    aggregate_version bigint,
     partition         smallint NOT NULL GENERATED ALWAYS AS ((hashtext(aggregate_type || chr(31) || aggregate_id) & 4095)::smallint) STORED,
-    event_type        text NOT NULL CHECK (event_type <> ''),
-    schema_version    integer NOT NULL DEFAULT 1 CHECK (schema_version >= 1),
+    event_type        text NOT NULL,
+    schema_version    integer NOT NULL DEFAULT 1,
     -- overrides the sink's topic/subject/routing key when set
     topic             text,
     headers           jsonb NOT NULL DEFAULT '{}',
@@ -49,9 +49,19 @@ CREATE TABLE {{schema}}.events (
     dead_at           timestamptz,
     -- discarded by an operator (with a reason in replays); a discarded event holds nothing
     discarded_at      timestamptz,
-    CONSTRAINT events_one_payload CHECK (payload IS NULL OR payload_bytes IS NULL),
-    CONSTRAINT events_terminal CHECK (published_at IS NULL OR dead_at IS NULL),
-    CONSTRAINT events_discard_is_dead CHECK (discarded_at IS NULL OR dead_at IS NOT NULL)
+    -- One CHECK for all rules: each constraint costs every INSERT statement its own
+    -- expression set-up, so eight separate ones cost single-event writers measurably.
+    -- Enqueue checks all of these (and more) in Go first; this guards raw-SQL writers
+    -- and the relay's state changes.
+    CONSTRAINT events_check CHECK (
+        aggregate_type <> '' AND aggregate_id <> '' AND event_type <> ''
+        AND (aggregate_version IS NULL OR aggregate_version > 0)
+        AND schema_version >= 1
+        -- at most one of payload (JSON content types) and payload_bytes
+        AND (payload IS NULL OR payload_bytes IS NULL)
+        -- published and dead exclude each other; discarded implies dead
+        AND (published_at IS NULL OR dead_at IS NULL)
+        AND (discarded_at IS NULL OR dead_at IS NOT NULL))
 );
 
 -- The dedup identity; also the arbiter of Enqueue's ON CONFLICT DO NOTHING.

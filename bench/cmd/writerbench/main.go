@@ -32,6 +32,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/bench/internal/benchdb"
+	"github.com/outboxkit/outbox/bench/internal/benchreport"
 )
 
 // clientCounts are the numbers of concurrent clients measured.
@@ -91,8 +92,8 @@ func run(ctx context.Context, o options) error {
 	}
 	defer pool.Close()
 
-	rep := report{started: time.Now(), opts: o, loadStart: loadAvg()}
-	if rep.machine, err = describeMachine(ctx, pool); err != nil {
+	rep := report{started: time.Now(), opts: o, loadStart: benchreport.LoadAvg()}
+	if rep.machine, err = benchreport.DescribeMachine(ctx, pool); err != nil {
 		return err
 	}
 
@@ -135,7 +136,7 @@ func run(ctx context.Context, o options) error {
 				r+1, o.runs, batchName(single), micros(res.enqueuePerEvent()), micros(res.txPerEvent()))
 		}
 	}
-	rep.loadEnd = loadAvg()
+	rep.loadEnd = benchreport.LoadAvg()
 	if err := benchdb.Reset(ctx, pool); err != nil {
 		return err
 	}
@@ -143,7 +144,7 @@ func run(ctx context.Context, o options) error {
 	section := rep.markdown()
 	fmt.Print(section)
 	if o.out != "" {
-		if err := writeSection(o.out, sectionTitle, section); err != nil {
+		if err := benchreport.WriteSection(o.out, sectionTitle, section); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "wrote section %q of %s\n", sectionTitle, o.out)

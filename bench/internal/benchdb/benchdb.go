@@ -1,6 +1,7 @@
-// Package benchdb prepares the database the writer benchmarks run against: a fresh
-// database migrated with outboxmigrate, an accounts table for the business
-// transaction and a minimal events table to compare outbox.Enqueue with.
+// Package benchdb prepares the database the benchmarks run against: a fresh database
+// migrated with outboxmigrate, an accounts table for the business transaction and a
+// minimal events table to compare outbox.Enqueue with; for the relay benchmarks, a
+// freshly migrated outbox schema and a backlog of events written with COPY.
 package benchdb
 
 import (
@@ -67,6 +68,20 @@ func Setup(ctx context.Context, dsn, name string, maxConns int32) (*pgxpool.Pool
 		return nil, fmt.Errorf("close admin connection: %w", err)
 	}
 
+	pool, err := Open(ctx, dsn, name, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepare(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("prepare database %s: %w", name, err)
+	}
+	return pool, nil
+}
+
+// Open returns a pool of at most maxConns connections to database name on the server
+// at dsn.
+func Open(ctx context.Context, dsn, name string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse dsn: %w", err)
@@ -76,10 +91,6 @@ func Setup(ctx context.Context, dsn, name string, maxConns int32) (*pgxpool.Pool
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool on database %s: %w", name, err)
-	}
-	if err := prepare(ctx, pool); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("prepare database %s: %w", name, err)
 	}
 	return pool, nil
 }
