@@ -85,3 +85,28 @@ func TestHandOverAfterKill(t *testing.T) {
 		t.Logf("partitions picked up %s after SIGKILL (TTL %s)", d, cfg.LeaseTTL)
 	}
 }
+
+// Hand-over after a graceful stop: the stopping relay releases its leases and wakes the
+// others, which take the partitions within a second — not after the lease TTL, nor at
+// their next lease round (TTL/3 = 2 s here).
+func TestHandOverAfterGracefulStop(t *testing.T) {
+	t.Parallel()
+	connString := pgtest.ConnString(t, nil)
+	pool := pgtest.PoolFor(t, connString)
+	if _, err := pool.Exec(context.Background(), deliveriesTable); err != nil {
+		t.Fatal(err)
+	}
+	cfg := childConfig{Mode: relay.Ordered, LeaseTTL: 6 * time.Second, BatchSize: 50, MaxPerAggregate: 4}
+	a := startChild(t, connString, cfg)
+	waitSQL(t, pool, 10*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, a.owner)
+	b := startChild(t, connString, cfg)
+	waitSQL(t, pool, 20*time.Second, 8, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, b.owner) // rebalanced
+	a.stop(t)
+	stopped := time.Now()
+	waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, b.owner)
+	d := time.Since(stopped)
+	t.Logf("partitions picked up %s after the graceful stop (TTL %s)", d, cfg.LeaseTTL)
+	if d > time.Second {
+		t.Fatalf("partitions picked up %s after a graceful stop, want < 1s", d)
+	}
+}
