@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
 )
@@ -66,16 +68,7 @@ func TestZombieRelayIsFenced(t *testing.T) {
 // lease TTL + 1 s.
 func TestHandOverAfterKill(t *testing.T) {
 	t.Parallel()
-	connString := pgtest.ConnString(t, nil)
-	pool := pgtest.PoolFor(t, connString)
-	if _, err := pool.Exec(context.Background(), deliveriesTable); err != nil {
-		t.Fatal(err)
-	}
-	cfg := childConfig{Mode: relay.Ordered, LeaseTTL: 3 * time.Second, BatchSize: 50, MaxPerAggregate: 4}
-	a := startChild(t, connString, cfg)
-	waitSQL(t, pool, 10*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, a.owner)
-	b := startChild(t, connString, cfg)
-	waitSQL(t, pool, 20*time.Second, 8, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, b.owner) // rebalanced
+	pool, cfg, a, b := twoRelaysSharing(t, 3*time.Second)
 	a.kill()
 	killed := time.Now()
 	waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, b.owner)
@@ -91,16 +84,7 @@ func TestHandOverAfterKill(t *testing.T) {
 // their next lease round (TTL/3 = 2 s here).
 func TestHandOverAfterGracefulStop(t *testing.T) {
 	t.Parallel()
-	connString := pgtest.ConnString(t, nil)
-	pool := pgtest.PoolFor(t, connString)
-	if _, err := pool.Exec(context.Background(), deliveriesTable); err != nil {
-		t.Fatal(err)
-	}
-	cfg := childConfig{Mode: relay.Ordered, LeaseTTL: 6 * time.Second, BatchSize: 50, MaxPerAggregate: 4}
-	a := startChild(t, connString, cfg)
-	waitSQL(t, pool, 10*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, a.owner)
-	b := startChild(t, connString, cfg)
-	waitSQL(t, pool, 20*time.Second, 8, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, b.owner) // rebalanced
+	pool, cfg, a, b := twoRelaysSharing(t, 6*time.Second)
 	a.stop(t)
 	stopped := time.Now()
 	waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, b.owner)
@@ -109,4 +93,21 @@ func TestHandOverAfterGracefulStop(t *testing.T) {
 	if d > time.Second {
 		t.Fatalf("partitions picked up %s after a graceful stop, want < 1s", d)
 	}
+}
+
+// twoRelaysSharing starts relay processes A and B with the given lease TTL and waits
+// until they hold 8 of the 16 partitions each.
+func twoRelaysSharing(t *testing.T, ttl time.Duration) (*pgxpool.Pool, childConfig, *child, *child) {
+	t.Helper()
+	connString := pgtest.ConnString(t, nil)
+	pool := pgtest.PoolFor(t, connString)
+	if _, err := pool.Exec(context.Background(), deliveriesTable); err != nil {
+		t.Fatal(err)
+	}
+	cfg := childConfig{Mode: relay.Ordered, LeaseTTL: ttl, BatchSize: 50, MaxPerAggregate: 4}
+	a := startChild(t, connString, cfg)
+	waitSQL(t, pool, 10*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, a.owner)
+	b := startChild(t, connString, cfg)
+	waitSQL(t, pool, 20*time.Second, 8, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, b.owner) // rebalanced
+	return pool, cfg, a, b
 }
