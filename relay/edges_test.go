@@ -193,3 +193,41 @@ func TestDelayedEvents(t *testing.T) {
 		t.Fatal("the future event was published before its available_at")
 	}
 }
+
+// TESTPLAN #15: the mark hits a serialization failure (40001), then a deadlock (40P01),
+// raised once each by a trigger. The relay retries the settle behind a savepoint, keeping
+// its claim: every event is published exactly once.
+func TestSettleRetriedOnSerializationFailure(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+		-- nextval is not rolled back with the failed statement: each fault fires once.
+		CREATE SEQUENCE fault_once;
+		CREATE FUNCTION raise_once() RETURNS trigger LANGUAGE plpgsql AS $$
+		DECLARE n bigint := nextval('fault_once');
+		BEGIN
+			IF n = 1 THEN RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001'; END IF;
+			IF n = 2 THEN RAISE EXCEPTION 'injected deadlock' USING ERRCODE = '40P01'; END IF;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER raise_once AFTER UPDATE OF published_at ON outbox.events
+			FOR EACH STATEMENT EXECUTE FUNCTION raise_once();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, aggregates("s", 5), 2)
+	sink := newTestSink()
+	r := newRelay(t, pool, sink, fastConfig())
+	start(t, r)
+	waitSQL(t, pool, 10*time.Second, 10, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+	if n := queryInt(t, pool, `SELECT last_value FROM fault_once`); n < 3 {
+		t.Fatalf("the trigger ran %d times, want the two faults and a success", n)
+	}
+	if msgs := sink.messages(); len(msgs) != 10 {
+		t.Fatalf("%d deliveries of 10 events: a retried settle published again", len(msgs))
+	}
+	if st := r.Stats(); st.SettleRetries != 2 {
+		t.Fatalf("SettleRetries = %d, want 2", st.SettleRetries)
+	}
+}

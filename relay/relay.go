@@ -25,6 +25,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
@@ -314,6 +315,43 @@ func (r *Relay) workReady(ctx context.Context) (bool, error) {
 	return ready, nil
 }
 
+// settleAttempts bounds the retries of a settle that hit a serialization failure or a
+// deadlock.
+const settleAttempts = 3
+
+// settle writes a batch's outcomes and returns how many rows changed. It runs behind a
+// savepoint: a serialization failure or deadlock (40001, 40P01) rolls back to it —
+// keeping the claim's row locks — and the settle is retried, so the events are not
+// published a second time (TESTPLAN #15).
+func (r *Relay) settle(ctx context.Context, tx pgx.Tx, out settlement, owner *string, parts []int, epochs []int64) (int, error) {
+	for attempt := 1; ; attempt++ {
+		batch := &pgx.Batch{}
+		batch.Queue("SAVEPOINT outbox_settle")
+		batch.Queue(r.q.settle, out.seqs, out.outcomes, out.errs, out.delays, r.cfg.Retention.Mode == DeleteOnPublish,
+			owner, parts, epochs, r.cfg.Partitions)
+		br := tx.SendBatch(ctx, batch)
+		_, err := br.Exec()
+		var changed int
+		if err == nil {
+			err = br.QueryRow().Scan(&changed)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			return changed, nil
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "40P01") || attempt == settleAttempts {
+			return 0, fmt.Errorf("settle batch: %w", err)
+		}
+		r.stats.settleRetries.Add(1)
+		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT outbox_settle"); rerr != nil {
+			return 0, fmt.Errorf("settle batch: %w (and rolling back to the savepoint: %w)", err, rerr)
+		}
+	}
+}
+
 // noteRetries records the earliest retry a batch scheduled, forgetting one already due.
 func (r *Relay) noteRetries(earliest time.Time) {
 	now := time.Now().UnixNano()
@@ -421,11 +459,9 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		if r.cfg.Mode == Ordered {
 			owner = &r.owner
 		}
-		var changed int
-		err := tx.QueryRow(ctx, r.q.settle, out.seqs, out.outcomes, out.errs, out.delays, r.cfg.Retention.Mode == DeleteOnPublish,
-			owner, parts, epochs, r.cfg.Partitions).Scan(&changed)
+		changed, err := r.settle(ctx, tx, out, owner, parts, epochs)
 		if err != nil {
-			return res, fmt.Errorf("settle batch: %w", err)
+			return res, err
 		}
 		if fenced := len(out.seqs) - changed; fenced > 0 {
 			// Our lease moved on: the new owner publishes these again (duplicates).

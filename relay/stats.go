@@ -33,6 +33,8 @@ type Stats struct {
 	// FencedWrites counts marks refused because the lease had been taken over: the
 	// events are published again by the new owner (counted duplicates).
 	FencedWrites int64
+	// SettleRetries counts settles retried after a serialization failure or deadlock.
+	SettleRetries int64
 	// AbandonedBatches counts batches dropped unpublished because the lease might have
 	// expired while the batch was being claimed (a pause, a slow database).
 	AbandonedBatches int64
@@ -43,8 +45,8 @@ type Stats struct {
 }
 
 type counters struct {
-	published, retried, dead, batches, breakerOpens, sinkDownBatches, errors, purged          atomic.Int64
-	leasesAcquired, leasesRescued, leasesLost, leasesReleased, fencedWrites, abandonedBatches atomic.Int64
+	published, retried, dead, batches, breakerOpens, sinkDownBatches, errors, purged                         atomic.Int64
+	leasesAcquired, leasesRescued, leasesLost, leasesReleased, fencedWrites, abandonedBatches, settleRetries atomic.Int64
 }
 
 func (c *counters) add(res batchResult) {
@@ -62,7 +64,7 @@ func (r *Relay) Stats() Stats {
 		BreakerOpens: c.breakerOpens.Load(), SinkDownBatches: c.sinkDownBatches.Load(), Errors: c.errors.Load(),
 		Purged: c.purged.Load(), LeasesAcquired: c.leasesAcquired.Load(), LeasesRescued: c.leasesRescued.Load(),
 		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
-		AbandonedBatches: c.abandonedBatches.Load(),
-		WakeupListening:  r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
+		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(),
+		WakeupListening: r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
 	}
 }
