@@ -144,6 +144,7 @@ var ErrConfigMismatch = errors.New("relay settings differ from relay_config")
 // finish within Config.ShutdownTimeout (abandoning them after that: their events stay
 // pending), and returns nil. It returns an error when it cannot start (settings that
 // differ from relay_config) or when a batch fails in a way that calls for a restart.
+// Call Run once per Relay.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.checkConfig(ctx); err != nil {
 		return err
@@ -181,14 +182,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { r.listener.run(fail) })
 	}
 	wg.Wait()
-	if !errors.Is(firstErr, failpoint.ErrCrash) { // a simulated crash releases nothing
-		leaseCancel()
-		leaseWG.Wait()
-	} else {
-		r.abandonLeases()
-		leaseCancel()
-		leaseWG.Wait()
+	if errors.Is(firstErr, failpoint.ErrCrash) {
+		r.abandonLeases() // a simulated crash releases nothing
 	}
+	leaseCancel()
+	leaseWG.Wait()
 	return firstErr
 }
 
