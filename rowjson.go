@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 )
 
 // appendRow appends e (validated, defaults filled) as the JSON object the enqueue
@@ -33,18 +35,8 @@ func appendRow(b []byte, ord int, e *Event) []byte {
 		b = appendJSONString(b, e.Topic)
 	}
 	if len(e.Headers) > 0 {
-		b = append(b, `,"headers":{`...)
-		first := true
-		for k, v := range e.Headers {
-			if !first {
-				b = append(b, ',')
-			}
-			first = false
-			b = appendJSONString(b, k)
-			b = append(b, ':')
-			b = appendJSONString(b, v)
-		}
-		b = append(b, '}')
+		b = append(b, `,"headers":`...)
+		b = appendHeaders(b, e.Headers)
 	}
 	b = append(b, `,"content_type":`...)
 	b = appendJSONString(b, e.ContentType)
@@ -104,4 +96,76 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// eventArrays holds validated events column by column, for enqueue_arrays.sql; nil
+// pointers and slices are NULLs.
+type eventArrays struct {
+	ids                                                    []uuid.UUID
+	aggregateTypes, aggregateIDs, eventTypes, contentTypes []string
+	versions                                               []*int64
+	schemaVersions                                         []int32
+	topics, headers, payloads, traceParents                []*string
+	payloadBytes                                           [][]byte
+	availableAt                                            []*time.Time
+}
+
+func newEventArrays(events []Event) eventArrays {
+	n := len(events)
+	a := eventArrays{
+		ids: make([]uuid.UUID, n), aggregateTypes: make([]string, n), aggregateIDs: make([]string, n),
+		eventTypes: make([]string, n), contentTypes: make([]string, n), versions: make([]*int64, n),
+		schemaVersions: make([]int32, n), topics: make([]*string, n), headers: make([]*string, n),
+		payloads: make([]*string, n), traceParents: make([]*string, n), payloadBytes: make([][]byte, n),
+		availableAt: make([]*time.Time, n),
+	}
+	for i := range events {
+		e := &events[i]
+		a.ids[i], a.aggregateTypes[i], a.aggregateIDs[i] = e.ID, e.AggregateType, e.AggregateID
+		a.eventTypes[i], a.contentTypes[i], a.schemaVersions[i] = e.EventType, e.ContentType, int32(e.SchemaVersion) //nolint:gosec // validated
+		if e.AggregateVersion > 0 {
+			a.versions[i] = &e.AggregateVersion
+		}
+		a.topics[i] = nonEmpty(e.Topic)
+		a.traceParents[i] = nonEmpty(e.TraceParent)
+		if len(e.Headers) > 0 {
+			h := string(appendHeaders(nil, e.Headers))
+			a.headers[i] = &h
+		}
+		switch {
+		case len(e.Payload) == 0:
+		case isJSONContentType(e.ContentType):
+			p := string(e.Payload)
+			a.payloads[i] = &p
+		default:
+			a.payloadBytes[i] = e.Payload
+		}
+		if !e.AvailableAt.IsZero() {
+			a.availableAt[i] = &e.AvailableAt
+		}
+	}
+	return a
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// appendHeaders appends headers as a JSON object of strings.
+func appendHeaders(b []byte, headers map[string]string) []byte {
+	b = append(b, '{')
+	first := true
+	for k, v := range headers {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, v)
+	}
+	return append(b, '}')
 }

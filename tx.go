@@ -13,6 +13,9 @@ import (
 // or a plain connection (which would write outside the business transaction) is
 // refused at compile time.
 type Tx interface {
+	// insert writes validated events with w's statement for this driver and returns
+	// the ids inserted (those skipped by ON CONFLICT are missing).
+	insert(ctx context.Context, w *Writer, events []Event) ([]string, error)
 	queryStrings(ctx context.Context, sql string, args ...any) ([]string, error)
 }
 
@@ -38,7 +41,28 @@ func (t pgxTx) queryStrings(ctx context.Context, q string, args ...any) ([]strin
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// insert sends the events as typed arrays in pgx's binary format.
+func (t pgxTx) insert(ctx context.Context, w *Writer, events []Event) ([]string, error) {
+	a := newEventArrays(events)
+	return t.queryStrings(ctx, w.insertArraysSQL, a.ids, a.aggregateTypes, a.aggregateIDs, a.versions, a.eventTypes,
+		a.schemaVersions, a.topics, a.headers, a.contentTypes, a.payloads, a.payloadBytes, a.traceParents, a.availableAt, w.lock)
+}
+
 type sqlTx struct{ tx *sql.Tx }
+
+// insert sends the events as one JSON array, a text parameter any driver can pass.
+func (t sqlTx) insert(ctx context.Context, w *Writer, events []Event) ([]string, error) {
+	buf := make([]byte, 0, 256*len(events))
+	buf = append(buf, '[')
+	for i := range events {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendRow(buf, i, &events[i])
+	}
+	buf = append(buf, ']')
+	return t.queryStrings(ctx, w.insertJSONSQL, string(buf), w.lock)
+}
 
 func (t sqlTx) queryStrings(ctx context.Context, q string, args ...any) ([]string, error) {
 	if t.tx == nil {

@@ -31,10 +31,12 @@ type WriterConfig struct {
 
 // Writer enqueues events into the caller's transaction. It is safe for concurrent use.
 type Writer struct {
-	maxPayload   int
-	lock         bool
-	insertSQL    string
-	conflictsSQL string
+	maxPayload int
+	lock       bool
+	// insertJSONSQL takes the events as one JSON array (database/sql: any driver);
+	// insertArraysSQL as typed arrays in pgx's binary format (ADR 0003).
+	insertJSONSQL, insertArraysSQL string
+	conflictsSQL                   string
 }
 
 // NewWriter returns a Writer for cfg; nil means the defaults.
@@ -58,10 +60,11 @@ func NewWriter(cfg *WriterConfig) (*Writer, error) {
 		maxPayload = cfg.MaxPayloadBytes
 	}
 	return &Writer{
-		maxPayload:   maxPayload,
-		lock:         !cfg.DisableAggregateLock,
-		insertSQL:    sqlq.Query("enqueue", quoted),
-		conflictsSQL: sqlq.Query("enqueue_conflicts", quoted),
+		maxPayload:      maxPayload,
+		lock:            !cfg.DisableAggregateLock,
+		insertJSONSQL:   sqlq.Query("enqueue", quoted),
+		insertArraysSQL: sqlq.Query("enqueue_arrays", quoted),
+		conflictsSQL:    sqlq.Query("enqueue_conflicts", quoted),
 	}, nil
 }
 
@@ -94,10 +97,7 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	// The events travel as one JSON array (ADR 0003), built by hand: encoding/json would
-	// re-validate every payload it has already been checked here.
-	buf := make([]byte, 0, 256*len(events))
-	buf = append(buf, '[')
+	valid := make([]Event, len(events))
 	ids := make([]uuid.UUID, len(events))
 	seen := make(map[uuid.UUID]int, len(events))
 	type versionKey struct {
@@ -124,14 +124,9 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 			}
 			seenVersions[k] = i
 		}
-		ids[i] = e.ID
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = appendRow(buf, i, &e)
+		valid[i], ids[i] = e, e.ID
 	}
-	buf = append(buf, ']')
-	inserted, err := tx.queryStrings(ctx, w.insertSQL, string(buf), w.lock)
+	inserted, err := tx.insert(ctx, w, valid)
 	if err != nil {
 		return fmt.Errorf("enqueue: insert %d events: %w", len(events), err)
 	}
