@@ -16,8 +16,8 @@ test: vet lint unit ## go vet, golangci-lint and go test -race over every module
 vet: ## go vet every module
 	@for m in $(MODULES); do echo "== vet $$m"; (cd $$m && go vet ./...) || exit 1; done
 
-lint: tools ## golangci-lint (pinned) every module
-	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || exit 1; done
+lint: tools ## golangci-lint (pinned) every module, and check each go.mod is tidy on its own
+	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./... && GOWORK=off go mod tidy -diff) || exit 1; done
 
 unit: ## go test -race every module
 	@for m in $(MODULES); do echo "== test $$m"; (cd $$m && go test -race -count=1 -timeout 20m ./...) || exit 1; done
