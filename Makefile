@@ -24,6 +24,7 @@ unit: ## go test -race every module
 
 bench: ## benchmark programs and Go benchmarks; writes bench/RESULTS.md
 	cd bench && go run ./cmd/writerbench -out RESULTS.md
+	cd bench && go run ./cmd/relaybench -part all -out RESULTS.md
 	cd bench && go test -run '^$$' -bench . ./...
 
 tidy: ## go mod tidy every module on its own

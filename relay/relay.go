@@ -195,7 +195,17 @@ func (r *Relay) checkConfig(ctx context.Context) error {
 		mode       string
 		partitions int
 	)
-	if err := r.pool.QueryRow(ctx, r.q.config, string(r.cfg.Mode), r.cfg.Partitions).Scan(&mode, &partitions); err != nil {
+	// Two relays starting on a fresh schema race to insert the row: the loser's INSERT
+	// waits, does nothing, and its snapshot cannot see the winner's row yet; asking again
+	// (a new statement, a new snapshot) finds it.
+	var err error
+	for range 3 {
+		err = r.pool.QueryRow(ctx, r.q.config, string(r.cfg.Mode), r.cfg.Partitions).Scan(&mode, &partitions)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("relay: read relay_config: %w", err)
 	}
 	if Mode(mode) != r.cfg.Mode || partitions != r.cfg.Partitions {
@@ -495,6 +505,9 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]outbox.Message, []badRow, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(r.iitTimeout)
+	// JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
+	// server's default JIT then spent 30-550 ms compiling every claim.
+	batch.Queue("SET LOCAL jit = off")
 	if r.cfg.Mode == Ordered {
 		batch.Queue(r.q.claim, eventPartitions, r.cfg.BatchSize, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead)
 	} else {
@@ -502,8 +515,10 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]
 	}
 	br := tx.SendBatch(ctx, batch)
 	defer func() { _ = br.Close() }()
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("claim: set idle_in_transaction_session_timeout: %w", err)
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, fmt.Errorf("claim: session settings: %w", err)
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {

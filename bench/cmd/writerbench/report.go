@@ -44,7 +44,8 @@ func (r report) markdown() string {
 
 	p("## %s\n\n", sectionTitle)
 	p("What `outbox.Enqueue` costs a writer's throughput. Written by `bench/cmd/writerbench`; rerun to replace this section.\n\n")
-	b.WriteString(benchreport.Preamble("./cmd/writerbench", r.started, r.machine, r.loadStart, r.loadEnd))
+	b.WriteString(benchreport.Preamble("./cmd/writerbench", r.started, r.machine, r.loadStart, r.loadEnd,
+		`other work shared the machine and biased some runs (see "Every run").`))
 	p("- Go: %s %s/%s; %d interleaved runs of %s per configuration, medians reported\n\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, r.opts.runs, r.opts.duration)
 

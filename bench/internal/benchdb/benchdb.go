@@ -68,7 +68,7 @@ func Setup(ctx context.Context, dsn, name string, maxConns int32) (*pgxpool.Pool
 		return nil, fmt.Errorf("close admin connection: %w", err)
 	}
 
-	pool, err := Open(ctx, dsn, name, maxConns)
+	pool, err := Open(ctx, dsn, name, maxConns, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -80,13 +80,16 @@ func Setup(ctx context.Context, dsn, name string, maxConns int32) (*pgxpool.Pool
 }
 
 // Open returns a pool of at most maxConns connections to database name on the server
-// at dsn.
-func Open(ctx context.Context, dsn, name string, maxConns int32) (*pgxpool.Pool, error) {
+// at dsn, with the server settings in params (e.g. "jit": "off") on every connection.
+func Open(ctx context.Context, dsn, name string, maxConns int32, params map[string]string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse dsn: %w", err)
 	}
 	cfg.ConnConfig.Database = name
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
 	cfg.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -85,10 +85,10 @@ func memTotal() string {
 }
 
 // Preamble returns the list items every results section starts with: command, date,
-// machine, server settings, load average at start and end, and a warning when the
-// load average exceeded the CPU count. program is the package path from bench/, e.g.
-// "./cmd/writerbench".
-func Preamble(program string, started time.Time, m Machine, loadStart, loadEnd string) string {
+// machine, server settings, load average at start and end, and, when the load average
+// exceeded the CPU count, a warning ending with busyNote. program is the package path
+// from bench/, e.g. "./cmd/writerbench".
+func Preamble(program string, started time.Time, m Machine, loadStart, loadEnd, busyNote string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "- Command (in `bench/`): `%s`\n", CommandLine(program))
 	fmt.Fprintf(&b, "- Date: %s\n", started.UTC().Format("2006-01-02 15:04 MST"))
@@ -96,7 +96,7 @@ func Preamble(program string, started time.Time, m Machine, loadStart, loadEnd s
 	fmt.Fprintf(&b, "- Server settings: %s\n", m.Settings)
 	fmt.Fprintf(&b, "- Load average (1/5/15 min) at start: %s; at end: %s\n", loadStart, loadEnd)
 	if Busy(loadStart, m.CPUs) || Busy(loadEnd, m.CPUs) {
-		b.WriteString("- **Warning**: the 1-minute load average exceeded nproc: other work shared the machine and biased some runs (see \"Every run\").\n")
+		fmt.Fprintf(&b, "- **Warning**: the 1-minute load average exceeded nproc: %s\n", busyNote)
 	}
 	return b.String()
 }

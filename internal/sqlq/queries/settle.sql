@@ -1,7 +1,7 @@
 -- settle: record the outcome of a published batch, in the claim transaction, one
 -- statement for every row. Each row's expected state (pending) is checked in WHERE, so a
--- row that is no longer pending is left alone. (e.seq = ANY($1) repeats the join key so
--- the plan probes the primary key whatever the statistics say.)
+-- row that is no longer pending is left alone. (Repeating the join key as e.seq = ANY($1)
+-- made pgx's generic plan re-scan the array per row: 54 ms instead of 6 for 1,000 rows.)
 --
 -- $1 seq[]; $2 outcome[] ('published' | 'retry' | 'dead'); $3 error[] (null for published);
 -- $4 retry delay in milliseconds[]; $5 delete published rows (retention: delete on publish).
@@ -24,7 +24,7 @@ WITH input AS (
     DELETE FROM {{schema}}.events e
     USING input i
     WHERE $5::boolean AND i.outcome = 'published'
-      AND e.seq = i.seq AND e.seq = ANY($1::bigint[]) AND e.published_at IS NULL AND e.dead_at IS NULL
+      AND e.seq = i.seq AND e.published_at IS NULL AND e.dead_at IS NULL
       AND ($6::text IS NULL OR e.partition * $9::int / 4096 IN (SELECT partition FROM fence))
     RETURNING e.seq
 ), updated AS (
@@ -36,7 +36,7 @@ WITH input AS (
         available_at = CASE WHEN i.outcome = 'retry' THEN now() + i.delay_ms * interval '1 millisecond' ELSE e.available_at END
     FROM input i
     WHERE NOT ($5::boolean AND i.outcome = 'published')
-      AND e.seq = i.seq AND e.seq = ANY($1::bigint[]) AND e.published_at IS NULL AND e.dead_at IS NULL
+      AND e.seq = i.seq AND e.published_at IS NULL AND e.dead_at IS NULL
       AND ($6::text IS NULL OR e.partition * $9::int / 4096 IN (SELECT partition FROM fence))
     RETURNING e.seq
 )

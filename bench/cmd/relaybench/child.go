@@ -1,0 +1,364 @@
+package main
+
+// The relay runs in a child process (this program re-executed with childEnv set), so
+// its peak RSS is its own and, for latency, producer and relay are separate processes
+// as in production. Protocol, one line each: the child prints "READY" once every
+// relay holds its share of leases (and listens, with WakeupListen); the parent sends
+// "GO" (the child wakes every relay and starts its clock) and "STOP" (or closes stdin);
+// the child prints "RESULT <json>" and exits. With Expect > 0 the child stops by
+// itself once its relays have published (committed) that many events.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/bench/internal/benchdb"
+	"github.com/outboxkit/outbox/relay"
+)
+
+// childEnv holds a child's configuration (JSON); set, the program runs as a child.
+const childEnv = "RELAYBENCH_CHILD"
+
+// childConfig is what a relay child runs.
+type childConfig struct {
+	DSN, DB    string
+	Instances  int
+	Relay      relay.Config // only plain fields: Mode, BatchSize, Wakeup, intervals, Retention…
+	Sink       string       // a sink kind
+	Latency    time.Duration
+	Expect     int64  // > 0: stop once this many events are published
+	CheckOrder bool   // count per-aggregate order violations
+	Receipts   string // record sink: file for the receipts
+	Timeout    time.Duration
+	JITOff     bool // SET jit = off in the relays' sessions
+}
+
+// childResult is what a child reports.
+type childResult struct {
+	Elapsed         time.Duration // GO until Expect events were published (committed)
+	PeakRSSKiB      int64         // VmHWM of the child
+	Acked           int64         // messages acknowledged by the sinks
+	OrderViolations int64
+	Stats           relay.Stats // summed over the relays
+}
+
+// childMain runs the child process and returns its exit code.
+func childMain(spec string) int {
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "relaybench child: bad config:", err)
+		return 2
+	}
+	if err := runChild(cfg, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "relaybench child:", err)
+		return 1
+	}
+	return 0
+}
+
+func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c := newCounter(cfg.CheckOrder)
+	rec := &recordSink{}
+	var (
+		relays []*relay.Relay
+		pools  []*pgxpool.Pool
+		wg     sync.WaitGroup
+		errMu  sync.Mutex
+		runErr error
+	)
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for i := range cfg.Instances {
+		var params map[string]string
+		if cfg.JITOff {
+			params = map[string]string{"jit": "off"}
+		}
+		pool, err := benchdb.Open(ctx, cfg.DSN, cfg.DB, 8, params)
+		if err != nil {
+			return err
+		}
+		pools = append(pools, pool)
+		sink, err := newSink(cfg.Sink, cfg.Latency, c, rec)
+		if err != nil {
+			return err
+		}
+		rc := cfg.Relay
+		rc.Logger = log.With(slog.Int("relay", i))
+		r, err := relay.New(pool, sink, &rc)
+		if err != nil {
+			return fmt.Errorf("relay %d: %w", i, err)
+		}
+		relays = append(relays, r)
+	}
+	runCtx, stopRelays := context.WithCancel(ctx)
+	defer stopRelays()
+	for i, r := range relays {
+		wg.Go(func() {
+			if err := r.Run(runCtx); err != nil {
+				errMu.Lock()
+				runErr = errors.Join(runErr, fmt.Errorf("relay %d: %w", i, err))
+				errMu.Unlock()
+				stopRelays()
+			}
+		})
+	}
+	if err := waitReady(runCtx, cfg, relays); err != nil {
+		stopRelays()
+		wg.Wait()
+		return errors.Join(err, runErr)
+	}
+	if _, err := fmt.Fprintln(out, "READY"); err != nil {
+		return fmt.Errorf("report ready: %w", err)
+	}
+
+	cmds := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			cmds <- strings.TrimSpace(sc.Text())
+		}
+		close(cmds)
+	}()
+	var (
+		res     childResult
+		started time.Time
+		tick    <-chan time.Time
+	)
+	timeout := time.After(cfg.Timeout)
+wait:
+	for {
+		select {
+		case cmd, ok := <-cmds:
+			switch {
+			case !ok || cmd == "STOP":
+				break wait
+			case cmd == "GO":
+				started = time.Now()
+				for _, r := range relays {
+					r.Wake()
+				}
+				if cfg.Expect > 0 {
+					t := time.NewTicker(time.Millisecond)
+					defer t.Stop()
+					tick = t.C
+				}
+			}
+		case <-tick:
+			if published(relays) >= cfg.Expect {
+				res.Elapsed = time.Since(started)
+				break wait
+			}
+		case <-runCtx.Done():
+			break wait
+		case <-timeout:
+			stopRelays()
+			wg.Wait()
+			return fmt.Errorf("timed out after %s: %d of %d published; stats %+v", cfg.Timeout, published(relays), cfg.Expect, sumStats(relays))
+		}
+	}
+	stopRelays()
+	wg.Wait()
+	if runErr != nil {
+		return runErr
+	}
+	res.PeakRSSKiB = peakRSS()
+	res.Acked = c.acked.Load()
+	res.OrderViolations = c.violations.Load()
+	res.Stats = sumStats(relays)
+	if cfg.Receipts != "" {
+		if err := rec.writeTo(cfg.Receipts); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	if _, err := fmt.Fprintf(out, "RESULT %s\n", b); err != nil {
+		return fmt.Errorf("report result: %w", err)
+	}
+	return nil
+}
+
+// waitReady waits until, in ordered mode, the relays hold every lease in equal shares
+// and, with WakeupListen, every listener passed its self-test.
+func waitReady(ctx context.Context, cfg childConfig, relays []*relay.Relay) error {
+	partitions := cfg.Relay.Partitions
+	if partitions == 0 {
+		partitions = 16
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ready := true
+		for _, r := range relays {
+			st := r.Stats()
+			held := st.LeasesAcquired - st.LeasesReleased - st.LeasesLost
+			if cfg.Relay.Mode != relay.Unordered && held != int64(partitions/len(relays)) {
+				ready = false
+			}
+			if cfg.Relay.Wakeup != relay.WakeupPoll && !st.WakeupListening {
+				ready = false
+			}
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("relays not ready after 2 minutes (leases not shared out or listener not listening): %+v", sumStats(relays))
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("wait for relays to be ready: %w", err)
+		}
+	}
+}
+
+func published(relays []*relay.Relay) int64 {
+	var n int64
+	for _, r := range relays {
+		n += r.Stats().Published
+	}
+	return n
+}
+
+// sumStats adds up the counters of relays (WakeupListening: all of them listen).
+func sumStats(relays []*relay.Relay) relay.Stats {
+	var s relay.Stats
+	s.WakeupListening = len(relays) > 0
+	for _, r := range relays {
+		x := r.Stats()
+		s.Published += x.Published
+		s.Retried += x.Retried
+		s.Dead += x.Dead
+		s.Batches += x.Batches
+		s.BreakerOpens += x.BreakerOpens
+		s.SinkDownBatches += x.SinkDownBatches
+		s.Errors += x.Errors
+		s.LeasesAcquired += x.LeasesAcquired
+		s.LeasesLost += x.LeasesLost
+		s.LeasesReleased += x.LeasesReleased
+		s.FencedWrites += x.FencedWrites
+		s.AbandonedBatches += x.AbandonedBatches
+		s.WakeupListening = s.WakeupListening && x.WakeupListening
+	}
+	return s
+}
+
+// peakRSS returns VmHWM from /proc/self/status in KiB, or -1.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		var kib int64
+		if _, err := fmt.Sscanf(line, "VmHWM: %d kB", &kib); err == nil {
+			return kib
+		}
+	}
+	return -1
+}
+
+// child is a running relay child, seen from the parent.
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string // READY and RESULT lines; closed at the child's EOF
+	waited chan error
+}
+
+// startChild starts a relay child and waits until it is ready.
+func startChild(ctx context.Context, cfg childConfig) (*child, error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 15 * time.Minute
+	}
+	spec, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("encode child config: %w", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("child stdin: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("child stdout: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start relay child: %w", err)
+	}
+	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 4), waited: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "READY" || strings.HasPrefix(line, "RESULT ") {
+				c.lines <- line
+			} else {
+				fmt.Fprintln(os.Stderr, "child:", line)
+			}
+		}
+		close(c.lines)
+		c.waited <- cmd.Wait()
+	}()
+	if line, ok := <-c.lines; !ok || line != "READY" {
+		return nil, fmt.Errorf("relay child exited before it was ready: %w", <-c.waited)
+	}
+	return c, nil
+}
+
+// send writes one command line to the child.
+func (c *child) send(cmd string) error {
+	if _, err := fmt.Fprintln(c.stdin, cmd); err != nil {
+		return fmt.Errorf("send %s to relay child: %w", cmd, err)
+	}
+	return nil
+}
+
+// result waits for the child's result and its exit.
+func (c *child) result() (childResult, error) {
+	line, ok := <-c.lines
+	if !ok {
+		return childResult{}, fmt.Errorf("relay child exited without a result: %w", <-c.waited)
+	}
+	_ = c.stdin.Close()
+	var res childResult
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "RESULT ")), &res); err != nil {
+		return childResult{}, fmt.Errorf("decode child result: %w", err)
+	}
+	if err := <-c.waited; err != nil {
+		return childResult{}, fmt.Errorf("relay child: %w", err)
+	}
+	return res, nil
+}
+
+// kill ends a child that is no longer wanted (after an error).
+func (c *child) kill() {
+	_ = c.stdin.Close()
+	_ = c.cmd.Process.Kill()
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/bench/internal/benchdb"
+)
+
+// claimPending is the number of pending rows claimed behind a large table.
+const claimPending = 1000
+
+// claimQuery is one statement to explain, with the literal arguments of its EXECUTE.
+type claimQuery struct {
+	label, file, args string
+	show              bool // print the full plans
+}
+
+// claimScenario is a table state and the statements explained in it.
+type claimScenario struct {
+	key, name string
+	prepare   func(ctx context.Context) error
+	queries   []claimQuery
+}
+
+// claimMeasure is one EXPLAIN ANALYZE.
+type claimMeasure struct {
+	scenario, query, run string
+	sum                  planSummary
+	plan                 []string
+	show                 bool
+}
+
+// claimRuns are the executions of every statement, each in its own rolled-back
+// transaction: two with a custom plan (the second shows what the first left behind,
+// e.g. killed index entries) and one with the generic plan a prepared statement (as
+// pgx caches them) settles on after five executions.
+var claimRuns = []struct{ name, mode string }{
+	{"custom #1", "force_custom_plan"},
+	{"custom #2", "force_custom_plan"},
+	{"generic", "force_generic_plan"},
+}
+
+func (b *bench) claim(ctx context.Context) (partReport, error) {
+	n, batch, mpa := b.o.claimRows, b.o.batch, b.o.maxPerAggregate
+	ordered := func(show bool) claimQuery {
+		return claimQuery{"ordered claim", "claim_ordered", fmt.Sprintf("NULL, %d, %d, NULL", batch, mpa), show}
+	}
+	unordered := claimQuery{"unordered claim", "claim_unordered", fmt.Sprintf("NULL, %d", batch), false}
+	var quarter []string // the event partitions of relay partitions 0-3 of 16: relay 1 of 4
+	for p := range 1024 {
+		quarter = append(quarter, fmt.Sprint(p))
+	}
+	orderedQuarter := claimQuery{
+		"ordered claim, 1 of 4 relays", "claim_ordered",
+		fmt.Sprintf("'{%s}'::int[], %d, %d, NULL", strings.Join(quarter, ","), batch, mpa), true,
+	}
+	exec := func(qs ...string) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			for _, q := range qs {
+				if _, err := b.pool.Exec(ctx, q); err != nil {
+					return fmt.Errorf("%s: %w", q, err)
+				}
+			}
+			return nil
+		}
+	}
+	fill := func(rows int, published bool) func(ctx context.Context) error {
+		return func(ctx context.Context) error { return benchdb.Fill(ctx, b.pool, rows, b.o.aggregates, published) }
+	}
+	steps := func(fs ...func(ctx context.Context) error) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			if err := benchdb.ResetOutbox(ctx, b.pool); err != nil {
+				return err
+			}
+			for _, f := range fs {
+				if err := f(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	scenarios := []claimScenario{
+		{"a", "empty table, analyzed", steps(exec("ANALYZE outbox.events")), []claimQuery{ordered(false), unordered}},
+		{
+			"b", fmt.Sprintf("drained backlog: %d rows inserted, all marked published by one UPDATE, ANALYZE (no VACUUM), then %d pending", n, claimPending),
+			steps(fill(n, false), exec("UPDATE outbox.events SET published_at = now(), attempts = attempts + 1 WHERE published_at IS NULL", "ANALYZE outbox.events"),
+				fill(claimPending, false), exec("CHECKPOINT")),
+			[]claimQuery{ordered(true), unordered},
+		},
+		{
+			"b′", "the same after VACUUM ANALYZE (what autovacuum, off on this server, would do)",
+			exec("VACUUM ANALYZE outbox.events", "CHECKPOINT"),
+			[]claimQuery{ordered(false), unordered},
+		},
+		{
+			"c", fmt.Sprintf("%d retained published rows (written published) + %d pending, ANALYZE", n, claimPending),
+			steps(fill(n, true), fill(claimPending, false), exec("ANALYZE outbox.events", "CHECKPOINT")),
+			[]claimQuery{ordered(false), unordered},
+		},
+		{
+			"d", fmt.Sprintf("the drain's backlog: %d pending rows over %d aggregates, VACUUM ANALYZE", b.o.events, b.o.aggregates),
+			steps(fill(b.o.events, false), exec("VACUUM ANALYZE outbox.events", "CHECKPOINT")),
+			[]claimQuery{ordered(true), orderedQuarter, unordered, {"settle, delete-on-publish, 1000 rows", "settle", "", true}},
+		},
+	}
+
+	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return partReport{}, fmt.Errorf("connect: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	var all []claimMeasure
+	var md strings.Builder
+	for _, sc := range scenarios {
+		fmt.Fprintf(&md, "- (%s) %s\n", sc.key, sc.name)
+		fmt.Fprintf(os.Stderr, "claim: %s\n", sc.name)
+		if err := sc.prepare(ctx); err != nil {
+			return partReport{}, fmt.Errorf("%s: %w", sc.name, err)
+		}
+		for _, q := range sc.queries {
+			ms, err := b.explain(ctx, conn, sc.key, q)
+			if err != nil {
+				return partReport{}, fmt.Errorf("%s, %s: %w", sc.name, q.label, err)
+			}
+			all = append(all, ms...)
+		}
+	}
+	return b.claimReport(md.String(), all), nil
+}
+
+// explain runs EXPLAIN (ANALYZE, BUFFERS) of q once per claimRuns entry.
+func (b *bench) explain(ctx context.Context, conn *pgx.Conn, scenario string, q claimQuery) ([]claimMeasure, error) {
+	text, err := os.ReadFile(filepath.Join(b.o.sqlDir, q.file+".sql"))
+	if err != nil {
+		return nil, fmt.Errorf("read the relay's SQL (run from bench/ or set -sqldir): %w", err)
+	}
+	args := q.args
+	if q.file == "settle" { // mark the 1000 oldest rows published, deleting them
+		var seqs string
+		if err := conn.QueryRow(ctx, `SELECT array_agg(seq ORDER BY seq)::text FROM (SELECT seq FROM outbox.events ORDER BY seq LIMIT 1000) s`).Scan(&seqs); err != nil {
+			return nil, fmt.Errorf("pick rows to settle: %w", err)
+		}
+		args = fmt.Sprintf("'%s'::bigint[], array_fill('published'::text, ARRAY[1000]), array_fill(NULL::text, ARRAY[1000]), array_fill(0::bigint, ARRAY[1000]), true, NULL, NULL, NULL, 16", seqs)
+	}
+	if _, err := conn.Exec(ctx, "PREPARE q AS "+strings.ReplaceAll(string(text), "{{schema}}", `"outbox"`)); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", q.file, err)
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE q") }()
+	var out []claimMeasure
+	for _, run := range claimRuns {
+		lines, err := explainOnce(ctx, conn, run.mode, args)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", run.name, err)
+		}
+		out = append(out, claimMeasure{scenario, q.label, run.name, summarizePlan(lines), lines, q.show && run.name != "custom #2"})
+	}
+	return out, nil
+}
+
+// explainOnce explains one execution of the prepared statement q in a transaction it
+// rolls back, so nothing stays locked or changed.
+func explainOnce(ctx context.Context, conn *pgx.Conn, planMode, args string) ([]string, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+planMode); err != nil {
+		return nil, fmt.Errorf("set plan_cache_mode: %w", err)
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) EXECUTE q("+args+")", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return nil, fmt.Errorf("explain: %w", err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("explain: %w", err)
+	}
+	return lines, nil
+}
+
+func (b *bench) claimReport(scenarios string, all []claimMeasure) partReport {
+	var md strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&md, format, args...) }
+	p("### Claim cost and plan stability\n\n")
+	p("`EXPLAIN (ANALYZE, BUFFERS)` of the relay's claim statements as the relay runs them (read from `internal/sqlq/queries`, schema \"outbox\"; BatchSize %d, MaxPerAggregate %d, all partitions unless said), ", b.o.batch, b.o.maxPerAggregate)
+	p("prepared and executed in a transaction that is rolled back: twice with a custom plan, then with the generic plan that a prepared statement (pgx caches them) switches to after five executions. ")
+	p("Scans lists the distinct scan nodes; removed is \"Rows Removed by Filter\" × loops summed over nodes (rows walked past); JIT is the JIT compilation total (server default jit = on). ")
+	p("The drain's backlog (d) also shows the settle statement in delete-on-publish mode for 1000 rows. Scenarios:\n\n%s\n", scenarios)
+	p("| scenario | statement | run | top node | scans | rows | removed | shared hit/read | JIT ms | execution ms |\n|---|---|---|---|---|---:|---:|---:|---:|---:|\n")
+	for _, m := range all {
+		p("| (%s) | %s | %s | %s | %s | %d | %d | %d/%d | %s | %.1f |\n", m.scenario, m.query, m.run, m.sum.root,
+			strings.Join(m.sum.scans, "; "), m.sum.rows, m.sum.removed, m.sum.sharedHit, m.sum.sharedRead, m.sum.jitText(), m.sum.execMS)
+	}
+	for _, m := range all {
+		if !m.show {
+			continue
+		}
+		p("\n<details><summary>Plan: (%s) %s, %s</summary>\n\n```\n%s\n```\n</details>\n", m.scenario, m.query, m.run, strings.Join(m.plan, "\n"))
+	}
+	return partReport{md: md.String()}
+}

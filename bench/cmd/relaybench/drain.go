@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxkit/outbox/bench/internal/benchdb"
+	"github.com/outboxkit/outbox/bench/internal/benchreport"
+	"github.com/outboxkit/outbox/relay"
+)
+
+// bench holds what every part needs.
+type bench struct {
+	o    options
+	pool *pgxpool.Pool
+}
+
+// partReport is one part's markdown and its target lines.
+type partReport struct {
+	md      string
+	targets []string
+}
+
+// Drain targets from the issue: relay events/s as a share of the limit's.
+const (
+	targetUnordered  = 0.70
+	targetOrdered4   = 0.50
+	drainInstancesHi = 4
+)
+
+// relayShape is one relay configuration of the drain.
+type relayShape struct {
+	mode                       relay.Mode
+	instances                  int
+	batchSize, maxPerAggregate int
+	jitOff                     bool // the relays' sessions run with jit = off
+}
+
+// drainShapes are the configurations of the main drain table.
+func (b *bench) drainShapes() []relayShape {
+	var out []relayShape
+	for _, mode := range []relay.Mode{relay.Unordered, relay.Ordered} {
+		for _, n := range []int{1, drainInstancesHi} {
+			out = append(out, relayShape{mode: mode, instances: n, batchSize: b.o.batch, maxPerAggregate: b.o.maxPerAggregate})
+		}
+	}
+	return out
+}
+
+func (s relayShape) String() string {
+	inst := "1 instance"
+	if s.instances > 1 {
+		inst = fmt.Sprintf("%d instances", s.instances)
+	}
+	jit := ""
+	if s.jitOff {
+		jit = ", jit=off"
+	}
+	if s.mode == relay.Unordered {
+		return fmt.Sprintf("relay unordered, %s (BatchSize %d%s)", inst, s.batchSize, jit)
+	}
+	return fmt.Sprintf("relay ordered, %s (BatchSize %d, MaxPerAggregate %d%s)", inst, s.batchSize, s.maxPerAggregate, jit)
+}
+
+// drainConfig is the relay configuration of the drain and scale parts: claim as much as
+// the settings allow and never poll while idle (the child wakes the relays with Wake
+// once the backlog is in place).
+func drainConfig(s relayShape, ret relay.RetentionMode) relay.Config {
+	return relay.Config{
+		Mode: s.mode, BatchSize: s.batchSize, MaxPerAggregate: s.maxPerAggregate,
+		Wakeup: relay.WakeupPoll, PollInterval: time.Minute,
+		Retention: relay.Retention{Mode: ret},
+	}
+}
+
+// relayDrain runs instances relays with cfg in a child on a fresh schema, fills the
+// backlog of events while they idle, wakes them and returns the child's measurement.
+func (b *bench) relayDrain(ctx context.Context, s relayShape, ret relay.RetentionMode, events int, sink string, latency time.Duration) (childResult, error) {
+	cfg := drainConfig(s, ret)
+	if err := resetForRelay(ctx, b.pool, cfg.Mode); err != nil {
+		return childResult{}, err
+	}
+	c, err := startChild(ctx, childConfig{
+		DSN: b.o.dsn, DB: b.o.database, Instances: s.instances, Relay: cfg, JITOff: s.jitOff,
+		Sink: sink, Latency: latency, Expect: int64(events), CheckOrder: cfg.Mode == relay.Ordered,
+	})
+	if err != nil {
+		return childResult{}, err
+	}
+	res, err := func() (childResult, error) {
+		if err := benchdb.Fill(ctx, b.pool, events, b.o.aggregates, false); err != nil {
+			return childResult{}, err
+		}
+		if err := benchdb.Settle(ctx, b.pool); err != nil {
+			return childResult{}, err
+		}
+		if err := c.send("GO"); err != nil {
+			return childResult{}, err
+		}
+		return c.result()
+	}()
+	if err != nil {
+		c.kill()
+		return childResult{}, err
+	}
+	if res.OrderViolations > 0 {
+		return res, fmt.Errorf("%d per-aggregate order violations", res.OrderViolations)
+	}
+	return res, b.checkDrained(ctx, cfg.Retention.Mode == relay.DeleteOnPublish, events)
+}
+
+// resetForRelay migrates a fresh schema and records the relays' mode in relay_config
+// before they start: relays starting at once on an empty relay_config race (one of them
+// fails with "read relay_config: no rows in result set"; see the report).
+func resetForRelay(ctx context.Context, pool *pgxpool.Pool, mode relay.Mode) error {
+	if err := benchdb.ResetOutbox(ctx, pool); err != nil {
+		return err
+	}
+	if mode == "" {
+		mode = relay.Ordered
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox.relay_config (mode, partitions) VALUES ($1, 16)`, string(mode)); err != nil {
+		return fmt.Errorf("record relay_config: %w", err)
+	}
+	return nil
+}
+
+// checkDrained verifies that no event is pending and that the rows left match the
+// retention mode.
+func (b *bench) checkDrained(ctx context.Context, deleted bool, events int) error {
+	var pending, rows int
+	err := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL), count(*) FROM outbox.events`).Scan(&pending, &rows)
+	if err != nil {
+		return fmt.Errorf("check drained: %w", err)
+	}
+	want := events
+	if deleted {
+		want = 0
+	}
+	if pending != 0 || rows != want {
+		return fmt.Errorf("after the drain: %d pending, %d rows (want 0 and %d)", pending, rows, want)
+	}
+	return nil
+}
+
+// limitColumns are the columns a relay reads (claim_unordered.sql).
+const limitColumns = `seq, id, aggregate_type, aggregate_id, coalesce(aggregate_version, 0), event_type,
+       schema_version, coalesce(topic, ''), headers, content_type,
+       coalesce(convert_to(payload::text, 'UTF8'), payload_bytes), trace_parent, created_at, attempts`
+
+// limitSQL is the plain-SQL limit's statement: the oldest pending rows, locked and
+// marked published (or deleted) in one statement, returning what a relay reads.
+func limitSQL(deleted bool) string {
+	pick := `SELECT seq FROM outbox.events WHERE published_at IS NULL AND dead_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`
+	if deleted {
+		return `DELETE FROM outbox.events WHERE seq IN (` + pick + `) RETURNING ` + limitColumns
+	}
+	return `UPDATE outbox.events SET published_at = now() WHERE seq IN (` + pick + `) RETURNING ` + limitColumns
+}
+
+// limitDrain drains a fresh backlog with workers concurrent loops of limitSQL, batch
+// rows per statement (autocommit), and returns how long it took.
+func (b *bench) limitDrain(ctx context.Context, deleted bool, batch, workers int) (time.Duration, error) {
+	if err := benchdb.ResetOutbox(ctx, b.pool); err != nil {
+		return 0, err
+	}
+	if err := benchdb.Fill(ctx, b.pool, b.o.events, b.o.aggregates, false); err != nil {
+		return 0, err
+	}
+	if err := benchdb.Settle(ctx, b.pool); err != nil {
+		return 0, err
+	}
+	q := limitSQL(deleted)
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for range workers {
+		g.Go(func() error {
+			for {
+				rows, err := b.pool.Query(gctx, q, batch)
+				if err != nil {
+					return fmt.Errorf("limit statement: %w", err)
+				}
+				n := 0
+				for rows.Next() {
+					_ = rows.RawValues() // received, as a relay would
+					n++
+				}
+				if err := rows.Err(); err != nil {
+					return fmt.Errorf("limit statement: %w", err)
+				}
+				if n == 0 {
+					return nil
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	elapsed := time.Since(start)
+	return elapsed, b.checkDrained(ctx, deleted, b.o.events)
+}
+
+// limitTrial is one measurement of the plain-SQL limit.
+type limitTrial struct {
+	batch, workers int
+	elapsed        time.Duration
+}
+
+// drainRun is one relay drain.
+type drainRun struct {
+	shape relayShape
+	res   childResult
+}
+
+// drainRetention is what the drain measured for one retention mode.
+type drainRetention struct {
+	mode   relay.RetentionMode
+	limits []limitTrial
+	best   limitTrial
+	relays []drainRun // drainShapes, then (first retention mode only) the ordered sweep
+}
+
+func eps(events int, d time.Duration) float64 { return float64(events) / d.Seconds() }
+
+func (b *bench) drain(ctx context.Context) (partReport, error) {
+	var all []drainRetention
+	for i, ret := range b.o.retentions {
+		dr := drainRetention{mode: ret}
+		deleted := ret == relay.DeleteOnPublish
+		for _, batch := range b.o.limitBatches {
+			for _, workers := range b.o.limitWorkers {
+				d, err := b.limitDrain(ctx, deleted, batch, workers)
+				if err != nil {
+					return partReport{}, fmt.Errorf("%s limit, batch %d, %d loops: %w", ret, batch, workers, err)
+				}
+				t := limitTrial{batch, workers, d}
+				dr.limits = append(dr.limits, t)
+				if dr.best.elapsed == 0 || d < dr.best.elapsed {
+					dr.best = t
+				}
+				fmt.Fprintf(os.Stderr, "%-17s limit batch %4d, %d loops: %8.0f events/s\n", ret, batch, workers, eps(b.o.events, d))
+			}
+		}
+		shapes := b.drainShapes()
+		if i == 0 {
+			shapes = append(shapes, b.sweepShapes()...)
+		}
+		for _, s := range shapes {
+			res, err := b.relayDrain(ctx, s, ret, b.o.events, sinkMem, 0)
+			if err != nil {
+				return partReport{}, fmt.Errorf("%s, %s: %w", ret, s, err)
+			}
+			dr.relays = append(dr.relays, drainRun{s, res})
+			fmt.Fprintf(os.Stderr, "%-17s %-60s %8.0f events/s (%.0f%% of the limit), peak RSS %d MiB, %d batches\n", ret, s,
+				eps(b.o.events, res.Elapsed), 100*dr.best.elapsed.Seconds()/res.Elapsed.Seconds(), res.PeakRSSKiB>>10, res.Stats.Batches)
+		}
+		all = append(all, dr)
+	}
+	return b.drainReport(all), nil
+}
+
+// sweepShapes are the other ordered settings tried (1 and 4 instances each), and every
+// ordered setting again with jit = off in the relays' sessions.
+func (b *bench) sweepShapes() []relayShape {
+	var out []relayShape
+	for _, jitOff := range []bool{false, true} {
+		for _, st := range append([][2]int{{b.o.batch, b.o.maxPerAggregate}}, b.o.orderedSweep...) {
+			if st == [2]int{b.o.batch, b.o.maxPerAggregate} && !jitOff {
+				continue // in the main table
+			}
+			for _, n := range []int{1, drainInstancesHi} {
+				out = append(out, relayShape{relay.Ordered, n, st[0], st[1], jitOff})
+			}
+		}
+	}
+	return out
+}
+
+func (b *bench) drainReport(all []drainRetention) partReport {
+	var md strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&md, format, args...) }
+	p("### Drain vs the plain-SQL limit\n\n")
+	p("A backlog of %d events over %d aggregates (COPY into a freshly migrated schema, then `VACUUM ANALYZE` and a checkpoint) is drained ", b.o.events, b.o.aggregates)
+	p("to an in-memory sink (`memsink`, its records reset after every call so it does not hold the backlog). ")
+	p("Relay settings as named, Partitions 16, Concurrency 1, other settings default; ")
+	p("the relays run in a child process, each with its own pool, start before the fill, wait (Wakeup poll, PollInterval 1m) until ordered-mode leases are shared out, ")
+	p("and are woken with `Relay.Wake` once the backlog is in place; the time runs until `Stats().Published` (counted after each batch commits) reaches the backlog. ")
+	p("No per-aggregate order violation was seen in ordered runs (checked by the sink). ")
+	p("The limit is the best of %s rows per statement × %s concurrent loops of one autocommit statement, ", joinInts(b.o.limitBatches, "/"), joinInts(b.o.limitWorkers, "/"))
+	p("`UPDATE … SET published_at = now()` (keep modes) or `DELETE` (delete-on-publish) `WHERE seq IN (SELECT seq … WHERE published_at IS NULL AND dead_at IS NULL ORDER BY seq LIMIT n FOR UPDATE SKIP LOCKED) RETURNING` the columns a relay reads, ")
+	p("on the same table, indexes and fill. Peak RSS is the relay child's VmHWM.\n\n")
+	p("| retention | configuration | events/s | drain time | relay/limit | peak RSS | batches |\n|---|---|---:|---:|---:|---:|---:|\n")
+	var targets []string
+	main := len(b.drainShapes())
+	row := func(dr drainRetention, r drainRun) float64 {
+		ratio := eps(b.o.events, r.res.Elapsed) / eps(b.o.events, dr.best.elapsed)
+		p("| %s | %s | %.0f | %.2f s | %.2f | %d MiB | %d |\n", dr.mode, r.shape, eps(b.o.events, r.res.Elapsed), r.res.Elapsed.Seconds(), ratio, r.res.PeakRSSKiB>>10, r.res.Stats.Batches)
+		return ratio
+	}
+	for _, dr := range all {
+		p("| %s | plain-SQL limit (%d rows, %d loops) | %.0f | %.2f s | 1.00 | | |\n", dr.mode, dr.best.batch, dr.best.workers, eps(b.o.events, dr.best.elapsed), dr.best.elapsed.Seconds())
+		for _, r := range dr.relays[:main] {
+			ratio := row(dr, r)
+			want := 0.0
+			switch {
+			case r.shape.mode == relay.Unordered:
+				want = targetUnordered
+			case r.shape.instances == drainInstancesHi:
+				want = targetOrdered4
+			}
+			if want > 0 {
+				targets = append(targets, fmt.Sprintf("Drain, %s, %s ≥ %.0f%% of the limit: %s — %.0f%%.", dr.mode, r.shape, want*100, benchreport.Met(ratio >= want), ratio*100))
+			}
+		}
+	}
+	if len(all) > 0 && len(all[0].relays) > main {
+		dr := all[0]
+		p("\nOther ordered settings, and every ordered setting with `jit = off` in the relays' sessions (a diagnostic: the server default is jit = on; %s, same limit):\n\n", dr.mode)
+		p("| retention | configuration | events/s | drain time | relay/limit | peak RSS | batches |\n|---|---|---:|---:|---:|---:|---:|\n")
+		for _, r := range dr.relays[main:] {
+			ratio := row(dr, r)
+			if r.shape.instances == drainInstancesHi && !r.shape.jitOff {
+				targets = append(targets, fmt.Sprintf("Drain, %s, %s ≥ %.0f%% of the limit (other setting): %s — %.0f%%.", dr.mode, r.shape, targetOrdered4*100, benchreport.Met(ratio >= targetOrdered4), ratio*100))
+			}
+		}
+	}
+	p("\nEvery limit trial (events/s):\n\n| retention | rows per statement | loops | events/s |\n|---|---:|---:|---:|\n")
+	for _, dr := range all {
+		for _, t := range dr.limits {
+			p("| %s | %d | %d | %.0f |\n", dr.mode, t.batch, t.workers, eps(b.o.events, t.elapsed))
+		}
+	}
+	return partReport{md: md.String(), targets: targets}
+}
+
+func joinInts(xs []int, sep string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, sep)
+}

@@ -1,0 +1,213 @@
+// Command relaybench measures the outbox relay: how fast it drains a backlog compared
+// with the best plain-SQL loop making the same state change (drain), how ordered mode
+// scales out over relay instances against a slow sink (scale), the time from a
+// producer's COMMIT to the sink per wake-up path (latency), what each wake-up path
+// costs writers (writer), and the claim queries' plans on empty, drained and large
+// tables (claim).
+//
+// Against a PostgreSQL server it creates a database of its own (dropped and recreated
+// at start) and migrates a fresh outbox schema before every measurement. Relays run in
+// child processes (this program re-executed), so their peak RSS is their own and the
+// latency producer and relay are separate processes. Every part prints its tables;
+// with -out they are written to the "Relay" section of that file (replaced or
+// appended; other sections are kept).
+//
+// Usage (from bench/):
+//
+//	go run ./cmd/relaybench -part all -out RESULTS.md
+//	go run ./cmd/relaybench -part drain -events 50000
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outboxkit/outbox/bench/internal/benchdb"
+	"github.com/outboxkit/outbox/bench/internal/benchreport"
+	"github.com/outboxkit/outbox/relay"
+)
+
+// parts lists the parts in the order -part all runs them.
+var parts = []string{"drain", "scale", "latency", "writer", "claim"}
+
+type options struct {
+	dsn, database, part, out string
+
+	events, aggregates, batch, maxPerAggregate int
+	limitBatches, limitWorkers                 []int
+	retentions                                 []relay.RetentionMode
+	orderedSweep                               [][2]int // BatchSize, MaxPerAggregate
+
+	scaleEvents  int
+	scaleLatency time.Duration
+
+	rates           []int
+	latencyDuration time.Duration
+
+	writerClients, writerRuns int
+	writerDuration            time.Duration
+
+	claimRows int
+	sqlDir    string
+}
+
+func main() {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(childMain(spec))
+	}
+	var o options
+	var limitBatches, limitWorkers, rates string
+	flag.StringVar(&o.dsn, "dsn", benchdb.DefaultDSN, "PostgreSQL server to benchmark (any database; the benchmark creates its own)")
+	flag.StringVar(&o.database, "db", "outbox_relaybench", "database to drop, create and benchmark in")
+	flag.StringVar(&o.part, "part", "all", "parts to run, comma-separated: "+strings.Join(parts, ", ")+", or all")
+	flag.StringVar(&o.out, "out", "", `file whose "Relay" section receives the results (replaced or appended); empty: stdout only`)
+	flag.IntVar(&o.events, "events", 200_000, "drain: events in the backlog")
+	flag.IntVar(&o.aggregates, "aggregates", 1000, "drain, scale, claim: aggregates the events are spread over")
+	flag.IntVar(&o.batch, "batch", 1000, "drain, scale, claim: relay BatchSize (heads, in ordered mode)")
+	flag.IntVar(&o.maxPerAggregate, "max-per-aggregate", 200, "drain, scale, claim: relay MaxPerAggregate (ordered mode)")
+	retention := flag.String("retention", "keep-then-delete,delete-on-publish,keep-then-archive", "drain: retention modes to measure, comma-separated")
+	sweep := flag.String("ordered-sweep", "100x10,100x50", "drain: other ordered settings (BatchSize x MaxPerAggregate) tried in the first retention mode")
+	flag.StringVar(&limitBatches, "limit-batches", "100,1000", "drain: batch sizes tried for the plain-SQL limit")
+	flag.StringVar(&limitWorkers, "limit-workers", "1,4", "drain: concurrent loops tried for the plain-SQL limit")
+	flag.IntVar(&o.scaleEvents, "scale-events", 20_000, "scale: events in the backlog")
+	flag.DurationVar(&o.scaleLatency, "scale-latency", time.Millisecond, "scale: sink latency per message")
+	flag.StringVar(&rates, "rates", "500,2000", "latency: steady producer rates, events/s")
+	flag.DurationVar(&o.latencyDuration, "latency-duration", 15*time.Second, "latency: length of one producer run")
+	flag.IntVar(&o.writerClients, "writer-clients", 32, "writer: concurrent clients")
+	flag.IntVar(&o.writerRuns, "writer-runs", 5, "writer: interleaved runs per wake-up path; the median is reported")
+	flag.DurationVar(&o.writerDuration, "writer-duration", 5*time.Second, "writer: length of one run")
+	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "claim: published rows behind the pending ones")
+	flag.StringVar(&o.sqlDir, "sqldir", "../internal/sqlq/queries", "claim: directory of the relay's .sql files")
+	flag.Parse()
+
+	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates))
+	if err == nil {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = run(ctx, o)
+		stop()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relaybench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseInts(s string, into *[]int) error {
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q: want positive integers separated by commas", s)
+		}
+		*into = append(*into, n)
+	}
+	return nil
+}
+
+func parseRetentions(s string, into *[]relay.RetentionMode) error {
+	for f := range strings.SplitSeq(s, ",") {
+		m := relay.RetentionMode(strings.TrimSpace(f))
+		if m != relay.KeepThenDelete && m != relay.DeleteOnPublish && m != relay.KeepThenArchive {
+			return fmt.Errorf("-retention: unknown mode %q", m)
+		}
+		*into = append(*into, m)
+	}
+	return nil
+}
+
+func parsePairs(s string, into *[][2]int) error {
+	if s == "" {
+		return nil
+	}
+	for f := range strings.SplitSeq(s, ",") {
+		var a, b int
+		if _, err := fmt.Sscanf(strings.TrimSpace(f), "%dx%d", &a, &b); err != nil || a < 1 || b < 1 {
+			return fmt.Errorf("%q: want pairs like 100x10 separated by commas", s)
+		}
+		*into = append(*into, [2]int{a, b})
+	}
+	return nil
+}
+
+// selectedParts returns the parts -part names, in run order.
+func selectedParts(spec string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(spec, ",") {
+		f = strings.TrimSpace(f)
+		switch {
+		case f == "all":
+			return parts, nil
+		case !slices.Contains(parts, f):
+			return nil, fmt.Errorf("-part: unknown part %q (want %s or all)", f, strings.Join(parts, ", "))
+		}
+		out = append(out, f)
+	}
+	return slices.DeleteFunc(slices.Clone(parts), func(p string) bool { return !slices.Contains(out, p) }), nil
+}
+
+func run(ctx context.Context, o options) error {
+	selected, err := selectedParts(o.part)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(selected, "claim") {
+		if _, err := os.Stat(filepath.Join(o.sqlDir, "claim_ordered.sql")); err != nil {
+			return fmt.Errorf("the claim part reads the relay's SQL from -sqldir (run from bench/): %w", err)
+		}
+	}
+	pool, err := benchdb.Setup(ctx, o.dsn, o.database, int32(o.writerClients+8))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	b := &bench{o: o, pool: pool}
+
+	rep := report{started: time.Now(), opts: o, loadStart: benchreport.LoadAvg(), code: codeVersion(ctx)}
+	if rep.machine, err = benchreport.DescribeMachine(ctx, pool); err != nil {
+		return err
+	}
+	for _, p := range selected {
+		fmt.Fprintf(os.Stderr, "== %s\n", p)
+		var pr partReport
+		switch p {
+		case "drain":
+			pr, err = b.drain(ctx)
+		case "scale":
+			pr, err = b.scale(ctx)
+		case "latency":
+			pr, err = b.latency(ctx)
+		case "writer":
+			pr, err = b.writer(ctx)
+		case "claim":
+			pr, err = b.claim(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("part %s: %w", p, err)
+		}
+		fmt.Print(pr.md, "\n")
+		for _, t := range pr.targets {
+			fmt.Println("- " + t)
+		}
+		rep.parts = append(rep.parts, pr)
+	}
+	rep.loadEnd = benchreport.LoadAvg()
+	if err := benchdb.ResetOutbox(ctx, pool); err != nil {
+		return err
+	}
+	if o.out != "" {
+		if err := benchreport.WriteSection(o.out, sectionTitle, rep.markdown()); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote section %q of %s\n", sectionTitle, o.out)
+	}
+	return nil
+}
