@@ -3,14 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/bench/internal/benchdb"
@@ -141,34 +137,12 @@ func (b *bench) writerRun(ctx context.Context, path writerPath, n *outbox.Notifi
 	if warmUp {
 		d /= 5
 	}
-	var stop atomic.Bool
-	var committed atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	seed := uint64(time.Now().UnixNano())
-	start := time.Now()
-	timer := time.AfterFunc(d, func() { stop.Store(true) })
-	defer timer.Stop()
-	for c := range b.o.writerClients {
-		rng := rand.New(rand.NewPCG(seed, uint64(c))) //nolint:gosec // load generation
-		g.Go(func() error {
-			for !stop.Load() {
-				id := 1 + rng.IntN(benchdb.Accounts)
-				err := outbox.WithTx(gctx, b.pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(gctx, benchdb.UpdateSQL, id); err != nil {
-						return fmt.Errorf("update account %d: %w", id, err)
-					}
-					return outbox.Enqueue(gctx, outbox.PgxTx(tx), benchdb.Event(id))
-				}, hooks...)
-				if err != nil {
-					return err
-				}
-				committed.Add(1)
+	return benchdb.Throughput(ctx, b.o.writerClients, d, func(ctx context.Context, id int) error {
+		return outbox.WithTx(ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, benchdb.UpdateSQL, id); err != nil {
+				return fmt.Errorf("update account %d: %w", id, err)
 			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return 0, err
-	}
-	return float64(committed.Load()) / time.Since(start).Seconds(), nil
+			return outbox.Enqueue(ctx, outbox.PgxTx(tx), benchdb.Event(id))
+		}, hooks...)
+	})
 }

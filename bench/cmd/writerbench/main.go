@@ -23,12 +23,10 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/bench/internal/benchdb"
@@ -155,33 +153,9 @@ func run(ctx context.Context, o options) error {
 // throughput runs business transactions of mode m from clients goroutines for d and
 // returns the committed transactions per second.
 func throughput(ctx context.Context, pool *pgxpool.Pool, m mode, clients int, d time.Duration) (float64, error) {
-	var stop atomic.Bool
-	var committed atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
-	seed := uint64(time.Now().UnixNano())
-	start := time.Now()
-	timer := time.AfterFunc(d, func() { stop.Store(true) })
-	defer timer.Stop()
-	for c := range clients {
-		rng := rand.New(rand.NewPCG(seed, uint64(c))) //nolint:gosec // load generation, not security
-		g.Go(func() error {
-			for !stop.Load() {
-				if err := businessTx(gctx, pool, m, 1+rng.IntN(benchdb.Accounts)); err != nil {
-					return err
-				}
-				committed.Add(1)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return 0, err
-	}
-	return float64(committed.Load()) / time.Since(start).Seconds(), nil
+	return benchdb.Throughput(ctx, clients, d, func(ctx context.Context, id int) error { return businessTx(ctx, pool, m, id) })
 }
 
-// businessTx credits one account and, depending on m, records an event, in one
-// transaction.
 func businessTx(ctx context.Context, pool *pgxpool.Pool, m mode, id int) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
