@@ -251,11 +251,14 @@ func sumStats(relays []*relay.Relay) relay.Stats {
 		s.BreakerOpens += x.BreakerOpens
 		s.SinkDownBatches += x.SinkDownBatches
 		s.Errors += x.Errors
+		s.Purged += x.Purged
 		s.LeasesAcquired += x.LeasesAcquired
+		s.LeasesRescued += x.LeasesRescued
 		s.LeasesLost += x.LeasesLost
 		s.LeasesReleased += x.LeasesReleased
 		s.FencedWrites += x.FencedWrites
 		s.AbandonedBatches += x.AbandonedBatches
+		s.SettleRetries += x.SettleRetries
 		s.WakeupListening = s.WakeupListening && x.WakeupListening
 	}
 	return s
