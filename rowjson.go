@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
-
-	"github.com/google/uuid"
 )
 
 // appendRow appends e (validated, defaults filled) as the JSON object the enqueue
@@ -101,7 +99,7 @@ func appendJSONString(b []byte, s string) []byte {
 // eventArrays holds validated events column by column, for enqueue_arrays.sql; nil
 // pointers and slices are NULLs.
 type eventArrays struct {
-	ids                                                    []uuid.UUID
+	ids                                                    [][16]byte
 	aggregateTypes, aggregateIDs, eventTypes, contentTypes []string
 	versions                                               []*int64
 	schemaVersions                                         []int32
@@ -113,7 +111,7 @@ type eventArrays struct {
 func newEventArrays(events []Event) eventArrays {
 	n := len(events)
 	a := eventArrays{
-		ids: make([]uuid.UUID, n), aggregateTypes: make([]string, n), aggregateIDs: make([]string, n),
+		ids: make([][16]byte, n), aggregateTypes: make([]string, n), aggregateIDs: make([]string, n),
 		eventTypes: make([]string, n), contentTypes: make([]string, n), versions: make([]*int64, n),
 		schemaVersions: make([]int32, n), topics: make([]*string, n), headers: make([]*string, n),
 		payloads: make([]*string, n), traceParents: make([]*string, n), payloadBytes: make([][]byte, n),
@@ -145,6 +143,37 @@ func newEventArrays(events []Event) eventArrays {
 		}
 	}
 	return a
+}
+
+// oneEventArgs returns the parameters of enqueue_one.sql for e (validated, defaults
+// filled) and its id in the driver's preferred form: plain values any database/sql
+// driver and pgx accept, untyped nil for NULL.
+func oneEventArgs(e *Event, id any, lock bool) []any {
+	args := []any{id, e.AggregateType, e.AggregateID, nil, e.EventType, int64(e.SchemaVersion),
+		nil, nil, e.ContentType, nil, nil, nil, nil, lock}
+	if e.AggregateVersion > 0 {
+		args[3] = e.AggregateVersion
+	}
+	if e.Topic != "" {
+		args[6] = e.Topic
+	}
+	if len(e.Headers) > 0 {
+		args[7] = string(appendHeaders(nil, e.Headers))
+	}
+	switch {
+	case len(e.Payload) == 0:
+	case isJSONContentType(e.ContentType):
+		args[9] = string(e.Payload)
+	default:
+		args[10] = e.Payload
+	}
+	if e.TraceParent != "" {
+		args[11] = e.TraceParent
+	}
+	if !e.AvailableAt.IsZero() {
+		args[12] = e.AvailableAt
+	}
+	return args
 }
 
 func nonEmpty(s string) *string {

@@ -13,17 +13,19 @@ import (
 // or a plain connection (which would write outside the business transaction) is
 // refused at compile time.
 type Tx interface {
-	// insert writes validated events with w's statement for this driver and returns
-	// the ids inserted (those skipped by ON CONFLICT are missing).
-	insert(ctx context.Context, w *Writer, events []Event) ([]string, error)
+	// args returns the enqueue statement and its parameters for validated events, in
+	// the encoding that suits this driver.
+	args(w *Writer, events []Event) (enqueueSQL, []any)
 	queryStrings(ctx context.Context, sql string, args ...any) ([]string, error)
+	exec(ctx context.Context, sql string, args ...any) error
 }
 
 // PgxTx adapts a pgx transaction (from pgx.Conn.Begin or pgxpool.Pool.Begin).
 func PgxTx(tx pgx.Tx) Tx { return pgxTx{tx} }
 
 // SQLTx adapts a database/sql transaction. The driver must be PostgreSQL's (pgx's
-// stdlib driver or lib/pq); Enqueue passes only text parameters, so any works.
+// stdlib driver or lib/pq); Enqueue passes only the standard driver.Value types
+// (strings, integers, booleans, []byte, time.Time), so any works.
 func SQLTx(tx *sql.Tx) Tx { return sqlTx{tx} }
 
 var errNilTx = errors.New("enqueue: tx is nil; pass the caller's open transaction")
@@ -41,17 +43,34 @@ func (t pgxTx) queryStrings(ctx context.Context, q string, args ...any) ([]strin
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// insert sends the events as typed arrays in pgx's binary format.
-func (t pgxTx) insert(ctx context.Context, w *Writer, events []Event) ([]string, error) {
+// args: one event as scalar parameters, more as typed arrays in pgx's binary format.
+// Ids go as [16]byte, which pgx encodes directly (a uuid.UUID would take the slower
+// driver.Valuer path).
+func (t pgxTx) args(w *Writer, events []Event) (enqueueSQL, []any) {
+	if len(events) == 1 {
+		return w.one, oneEventArgs(&events[0], [16]byte(events[0].ID), w.lock)
+	}
 	a := newEventArrays(events)
-	return t.queryStrings(ctx, w.insertArraysSQL, a.ids, a.aggregateTypes, a.aggregateIDs, a.versions, a.eventTypes,
-		a.schemaVersions, a.topics, a.headers, a.contentTypes, a.payloads, a.payloadBytes, a.traceParents, a.availableAt, w.lock)
+	return w.batchArrays, []any{a.ids, a.aggregateTypes, a.aggregateIDs, a.versions, a.eventTypes,
+		a.schemaVersions, a.topics, a.headers, a.contentTypes, a.payloads, a.payloadBytes, a.traceParents, a.availableAt, w.lock}
+}
+
+func (t pgxTx) exec(ctx context.Context, q string, args ...any) error {
+	if t.tx == nil {
+		return errNilTx
+	}
+	_, err := t.tx.Exec(ctx, q, args...)
+	return err
 }
 
 type sqlTx struct{ tx *sql.Tx }
 
-// insert sends the events as one JSON array, a text parameter any driver can pass.
-func (t sqlTx) insert(ctx context.Context, w *Writer, events []Event) ([]string, error) {
+// args: one event as scalar parameters, more as one JSON array (a text parameter any
+// driver can pass).
+func (t sqlTx) args(w *Writer, events []Event) (enqueueSQL, []any) {
+	if len(events) == 1 {
+		return w.one, oneEventArgs(&events[0], events[0].ID.String(), w.lock)
+	}
 	buf := make([]byte, 0, 256*len(events))
 	buf = append(buf, '[')
 	for i := range events {
@@ -61,7 +80,15 @@ func (t sqlTx) insert(ctx context.Context, w *Writer, events []Event) ([]string,
 		buf = appendRow(buf, i, &events[i])
 	}
 	buf = append(buf, ']')
-	return t.queryStrings(ctx, w.insertJSONSQL, string(buf), w.lock)
+	return w.batchJSON, []any{string(buf), w.lock}
+}
+
+func (t sqlTx) exec(ctx context.Context, q string, args ...any) error {
+	if t.tx == nil {
+		return errNilTx
+	}
+	_, err := t.tx.ExecContext(ctx, q, args...)
+	return err
 }
 
 func (t sqlTx) queryStrings(ctx context.Context, q string, args ...any) ([]string, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -33,10 +34,34 @@ type WriterConfig struct {
 type Writer struct {
 	maxPayload int
 	lock       bool
-	// insertJSONSQL takes the events as one JSON array (database/sql: any driver);
-	// insertArraysSQL as typed arrays in pgx's binary format (ADR 0003).
-	insertJSONSQL, insertArraysSQL string
-	conflictsSQL                   string
+	// one takes a single event as scalar parameters (both drivers); batchJSON a batch
+	// as one JSON array (database/sql: any driver); batchArrays a batch as typed arrays
+	// in pgx's binary format (ADR 0003).
+	one, batchJSON, batchArrays enqueueSQL
+	conflictsSQL                string
+}
+
+// enqueueSQL is one enqueue statement in its two forms.
+type enqueueSQL struct {
+	// arbiter ends in ON CONFLICT DO NOTHING RETURNING id: for calls in which an event
+	// may conflict (a caller-supplied id or an aggregate version).
+	arbiter string
+	// plain is the statement without that line: every other call. A speculative
+	// insertion costs each row a pre-check of every unique index and an extra WAL
+	// record, and an id Enqueue generated (UUIDv7) does not collide.
+	plain string
+}
+
+// conflictClause is the last line of every enqueue statement.
+const conflictClause = "ON CONFLICT DO NOTHING RETURNING id::text"
+
+func newEnqueueSQL(name, quotedSchema string) enqueueSQL {
+	q := strings.TrimSpace(sqlq.Query(name, quotedSchema))
+	plain, ok := strings.CutSuffix(q, conflictClause)
+	if !ok {
+		panic(fmt.Sprintf("outbox: query %s does not end with %q", name, conflictClause))
+	}
+	return enqueueSQL{arbiter: q, plain: plain}
 }
 
 // NewWriter returns a Writer for cfg; nil means the defaults.
@@ -60,11 +85,12 @@ func NewWriter(cfg *WriterConfig) (*Writer, error) {
 		maxPayload = cfg.MaxPayloadBytes
 	}
 	return &Writer{
-		maxPayload:      maxPayload,
-		lock:            !cfg.DisableAggregateLock,
-		insertJSONSQL:   sqlq.Query("enqueue", quoted),
-		insertArraysSQL: sqlq.Query("enqueue_arrays", quoted),
-		conflictsSQL:    sqlq.Query("enqueue_conflicts", quoted),
+		maxPayload:   maxPayload,
+		lock:         !cfg.DisableAggregateLock,
+		one:          newEnqueueSQL("enqueue_one", quoted),
+		batchJSON:    newEnqueueSQL("enqueue", quoted),
+		batchArrays:  newEnqueueSQL("enqueue_arrays", quoted),
+		conflictsSQL: sqlq.Query("enqueue_conflicts", quoted),
 	}, nil
 }
 
@@ -105,7 +131,9 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 		version                    int64
 	}
 	var seenVersions map[versionKey]int
+	mayConflict := false
 	for i, e := range events {
+		mayConflict = mayConflict || e.ID != uuid.Nil || e.AggregateVersion > 0
 		e, err := w.validate(i, e)
 		if err != nil {
 			return err
@@ -126,7 +154,14 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 		}
 		valid[i], ids[i] = e, e.ID
 	}
-	inserted, err := tx.insert(ctx, w, valid)
+	stmt, args := tx.args(w, valid)
+	if !mayConflict {
+		if err := tx.exec(ctx, stmt.plain, args...); err != nil {
+			return fmt.Errorf("enqueue: insert %d events: %w", len(events), err)
+		}
+		return nil
+	}
+	inserted, err := tx.queryStrings(ctx, stmt.arbiter, args...)
 	if err != nil {
 		return fmt.Errorf("enqueue: insert %d events: %w", len(events), err)
 	}

@@ -408,75 +408,90 @@ func waitForLockWait(t *testing.T, pool *pgxpool.Pool) {
 // schedule commits the later seq first: order by seq then disagrees with commit order.
 func TestAggregateLockMakesSeqOrderCommitOrder(t *testing.T) {
 	t.Parallel()
-	for _, lock := range []bool{true, false} {
-		t.Run(fmt.Sprintf("lock=%v", lock), func(t *testing.T) {
-			t.Parallel()
-			pool := setup(t)
-			ctx := context.Background()
-			w, err := outbox.NewWriter(&outbox.WriterConfig{DisableAggregateLock: !lock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var (
-				mu     sync.Mutex
-				commit []string // event ids in commit order
-			)
-			committed := func(id uuid.UUID) { mu.Lock(); commit = append(commit, id.String()); mu.Unlock() }
-
-			a := event("shared")
-			a.ID = outbox.NewID()
-			txA, err := pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Enqueue(ctx, outbox.PgxTx(txA), a); err != nil {
-				t.Fatal(err)
-			}
-			b := event("shared")
-			b.ID = outbox.NewID()
-			var aCommitting atomic.Bool
-			bDone := make(chan error, 1)
-			go func() {
-				bDone <- outbox.WithTx(ctx, pool, func(tx pgx.Tx) error {
-					err := w.Enqueue(ctx, outbox.PgxTx(tx), b)
-					if lock && !aCommitting.Load() {
-						return errors.New("B's Enqueue returned before A committed: the aggregate lock did not hold it")
-					}
-					return err
-				}, func(context.Context) { committed(b.ID) })
-			}()
-			if lock {
-				waitForLockWait(t, pool) // B waits for A's aggregate lock
-			} else if err := <-bDone; err != nil { // B commits first
-				t.Fatal(err)
-			}
-			// With the lock, B's commit can only follow A's: record A first.
-			aCommitting.Store(true)
-			committed(a.ID)
-			if err := txA.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if lock {
-				if err := <-bDone; err != nil {
+	// "one": single-event calls with generated ids (the plain single-event statement);
+	// "batch": two-event calls with supplied ids (the batch statement with conflict
+	// handling). Both take the lock the same way.
+	for _, shape := range []string{"one", "batch"} {
+		for _, lock := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/lock=%v", shape, lock), func(t *testing.T) {
+				t.Parallel()
+				pool := setup(t)
+				ctx := context.Background()
+				w, err := outbox.NewWriter(&outbox.WriterConfig{DisableAggregateLock: !lock})
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			rows, err := pool.Query(ctx, `SELECT id::text FROM outbox.events ORDER BY seq`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bySeq, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			same := fmt.Sprint(bySeq) == fmt.Sprint(commit)
-			if lock && !same {
-				t.Fatalf("with the lock, seq order %v != commit order %v", bySeq, commit)
-			}
-			if !lock && same {
-				t.Fatalf("without the lock this schedule should diverge: seq order %v, commit order %v", bySeq, commit)
-			}
-		})
+				var (
+					mu     sync.Mutex
+					commit []string // event types of the "shared" events in commit order
+				)
+				committed := func(eventType string) { mu.Lock(); commit = append(commit, eventType); mu.Unlock() }
+				call := func(name string) []outbox.Event {
+					e := event("shared")
+					e.EventType = name
+					if shape == "one" {
+						return []outbox.Event{e}
+					}
+					e.ID = outbox.NewID()
+					other := event("other-" + name)
+					other.ID = outbox.NewID()
+					return []outbox.Event{other, e}
+				}
+
+				txA, err := pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Enqueue(ctx, outbox.PgxTx(txA), call("a")...); err != nil {
+					t.Fatal(err)
+				}
+				var aCommitting atomic.Bool
+				bDone := make(chan error, 1)
+				go func() {
+					bDone <- outbox.WithTx(ctx, pool, func(tx pgx.Tx) error {
+						err := w.Enqueue(ctx, outbox.PgxTx(tx), call("b")...)
+						if lock && !aCommitting.Load() {
+							return errors.New("B's Enqueue returned before A committed: the aggregate lock did not hold it")
+						}
+						return err
+					}, func(context.Context) { committed("b") })
+				}()
+				if lock {
+					waitForLockWait(t, pool) // B waits for A's aggregate lock
+				} else if err := <-bDone; err != nil { // B commits first
+					t.Fatal(err)
+				}
+				// With the lock, B's commit can only follow A's: record A first.
+				aCommitting.Store(true)
+				committed("a")
+				if err := txA.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if lock {
+					if err := <-bDone; err != nil {
+						t.Fatal(err)
+					}
+				}
+				rows, err := pool.Query(ctx, `SELECT event_type FROM outbox.events WHERE aggregate_id = 'shared' ORDER BY seq`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bySeq, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(bySeq) != 2 {
+					t.Fatalf("stored %v, want the events of A and B", bySeq)
+				}
+				same := fmt.Sprint(bySeq) == fmt.Sprint(commit)
+				if lock && !same {
+					t.Fatalf("with the lock, seq order %v != commit order %v", bySeq, commit)
+				}
+				if !lock && same {
+					t.Fatalf("without the lock this schedule should diverge: seq order %v, commit order %v", bySeq, commit)
+				}
+			})
+		}
 	}
 }
 
@@ -506,18 +521,42 @@ func TestEveryFieldStoredThroughBothAdapters(t *testing.T) {
 			AggregateType: "empty", AggregateID: prefix + "-3", EventType: "ping",
 		}}
 	}
-	if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), events("pgx")...) }); err != nil {
-		t.Fatal(err)
+	// "batch": one call (the batch statements); "one": a call per event (the
+	// single-event statement, with and without conflict handling).
+	calls := func(prefix string, batch bool) [][]outbox.Event {
+		if batch {
+			return [][]outbox.Event{events(prefix)}
+		}
+		var out [][]outbox.Event
+		for _, e := range events(prefix) {
+			out = append(out, []outbox.Event{e})
+		}
+		return out
 	}
-	stx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.Enqueue(ctx, outbox.SQLTx(stx), events("sql")...); err != nil {
-		t.Fatal(err)
-	}
-	if err := stx.Commit(); err != nil {
-		t.Fatal(err)
+	for _, batch := range []bool{true, false} {
+		prefix := map[bool]string{true: "batch", false: "one"}[batch]
+		if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error {
+			for _, c := range calls("pgx"+prefix, batch) {
+				if err := outbox.Enqueue(ctx, outbox.PgxTx(tx), c...); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		stx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range calls("sql"+prefix, batch) {
+			if err := outbox.Enqueue(ctx, outbox.SQLTx(stx), c...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := stx.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rows, err := pool.Query(ctx, `SELECT split_part(aggregate_id, '-', 1), concat_ws('|', aggregate_type, substr(aggregate_id, strpos(aggregate_id, '-')),
 		aggregate_version, event_type, schema_version, topic, headers, content_type, payload, encode(payload_bytes, 'hex'), trace_parent,
@@ -541,7 +580,7 @@ func TestEveryFieldStoredThroughBothAdapters(t *testing.T) {
 		`blob|-2|blob.stored|1|{}|application/octet-stream|0001ff22`,
 		`empty|-3|ping|1|{}|application/json`,
 	}
-	for _, adapter := range []string{"pgx", "sql"} {
+	for _, adapter := range []string{"pgxbatch", "pgxone", "sqlbatch", "sqlone"} {
 		if fmt.Sprint(byAdapter[adapter]) != fmt.Sprint(want) {
 			t.Errorf("%s adapter stored\n%q\nwant\n%q", adapter, byAdapter[adapter], want)
 		}

@@ -3,7 +3,8 @@
 // Against a PostgreSQL server it creates a database of its own (dropped and recreated
 // at start), migrates it with outboxmigrate and measures, at 1, 8 and 32 concurrent
 // clients, the throughput of a business transaction (one UPDATE of a random account)
-// alone, with one INSERT into a minimal events table, and with one outbox.Enqueue.
+// alone, with one INSERT into a minimal events table, with one hand-written INSERT into
+// the outbox's own events table (the floor of its schema), and with one outbox.Enqueue.
 // It also compares one Enqueue call of 100 events with 100 calls of one event each.
 // Every configuration runs interleaved with the others -runs times; the medians are
 // printed and written to the "Writer" section of the -out file.
@@ -44,13 +45,14 @@ type mode int
 const (
 	modeBase    mode = iota // the business transaction alone
 	modeMinimal             // plus one INSERT into minimal_events
+	modeRaw                 // plus one hand-written INSERT into outbox.events
 	modeOutbox              // plus one outbox.Enqueue
 )
 
-var modes = []mode{modeBase, modeMinimal, modeOutbox}
+var modes = []mode{modeBase, modeMinimal, modeRaw, modeOutbox}
 
 func (m mode) String() string {
-	return [...]string{"business only", "+ minimal insert", "+ outbox.Enqueue"}[m]
+	return [...]string{"business only", "+ minimal insert", "+ raw events insert", "+ outbox.Enqueue"}[m]
 }
 
 type options struct {
@@ -170,6 +172,11 @@ func businessTx(ctx context.Context, pool *pgxpool.Pool, m mode, id int) error {
 	case modeMinimal:
 		if _, err := tx.Exec(ctx, benchdb.MinimalInsertSQL, "account/"+strconv.Itoa(id), "account.credited", benchdb.Payload); err != nil {
 			return fmt.Errorf("insert minimal event: %w", err)
+		}
+	case modeRaw:
+		e := benchdb.Event(id)
+		if _, err := tx.Exec(ctx, benchdb.RawEventsInsertSQL, [16]byte(outbox.NewID()), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload)); err != nil {
+			return fmt.Errorf("insert raw event: %w", err)
 		}
 	case modeOutbox:
 		if err := outbox.Enqueue(ctx, outbox.PgxTx(tx), benchdb.Event(id)); err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // DefaultDSN is the server the benchmarks use unless told otherwise.
-const DefaultDSN = "postgres://postgres@127.0.0.1:5432/postgres"
+const DefaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // Accounts is the number of rows in the accounts table.
 const Accounts = 10_000
@@ -45,6 +45,11 @@ const UpdateSQL = `UPDATE accounts SET balance = balance + 1 WHERE id = $1`
 
 // MinimalInsertSQL writes one row into the minimal events table.
 const MinimalInsertSQL = `INSERT INTO minimal_events (aggregate, event_type, payload) VALUES ($1, $2, $3)`
+
+// RawEventsInsertSQL writes one row into outbox.events by hand: the real table, its
+// indexes and constraints, without Enqueue (no validation, no aggregate lock, no
+// generated id). It is the floor Enqueue stands on.
+const RawEventsInsertSQL = `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4, $5)`
 
 // Setup drops and recreates the database name on the server at dsn, migrates it with
 // outboxmigrate (schema "outbox"), creates and fills the accounts table and creates the

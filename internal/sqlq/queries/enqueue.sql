@@ -12,7 +12,11 @@
 --
 -- ON CONFLICT DO NOTHING (no target: both the id and the aggregate-version unique
 -- indexes are arbiters) keeps the caller's transaction usable when an id or version
--- already exists; the caller compares RETURNING with what it sent.
+-- already exists; the caller compares RETURNING with what it sent. The Writer drops the
+-- last line (conflict handling and RETURNING) when no event in the call can conflict (no
+-- caller-supplied id, no aggregate version): a speculative insertion costs every row a
+-- pre-check of each unique index and an extra WAL record, and a generated UUIDv7 does not
+-- collide. Each enqueue statement ends with that line, alone.
 WITH input AS MATERIALIZED (
     SELECT *
     FROM json_to_recordset($1::json) AS r(
@@ -36,5 +40,4 @@ SELECT i.id, i.aggregate_type, i.aggregate_id, i.aggregate_version, i.event_type
        i.trace_parent, coalesce(i.available_at, now())
 FROM input i CROSS JOIN locked
 ORDER BY i.ord
-ON CONFLICT DO NOTHING
-RETURNING id::text
+ON CONFLICT DO NOTHING RETURNING id::text

@@ -28,5 +28,4 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::in
                           topic, headers, content_type, payload, payload_bytes, trace_parent, available_at, ord)
 CROSS JOIN locked
 ORDER BY u.ord
-ON CONFLICT DO NOTHING
-RETURNING id::text
+ON CONFLICT DO NOTHING RETURNING id::text
