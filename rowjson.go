@@ -149,8 +149,10 @@ func newEventArrays(events []Event) eventArrays {
 // filled) and its id in the driver's preferred form: plain values any database/sql
 // driver and pgx accept, untyped nil for NULL.
 func oneEventArgs(e *Event, id any, lock bool) []any {
-	args := []any{id, e.AggregateType, e.AggregateID, nil, e.EventType, int64(e.SchemaVersion),
-		nil, nil, e.ContentType, nil, nil, nil, nil, lock}
+	args := []any{
+		id, e.AggregateType, e.AggregateID, nil, e.EventType, int64(e.SchemaVersion),
+		nil, nil, e.ContentType, nil, nil, nil, nil, lock,
+	}
 	if e.AggregateVersion > 0 {
 		args[3] = e.AggregateVersion
 	}

@@ -51,8 +51,10 @@ func (t pgxTx) args(w *Writer, events []Event) (enqueueSQL, []any) {
 		return w.one, oneEventArgs(&events[0], [16]byte(events[0].ID), w.lock)
 	}
 	a := newEventArrays(events)
-	return w.batchArrays, []any{a.ids, a.aggregateTypes, a.aggregateIDs, a.versions, a.eventTypes,
-		a.schemaVersions, a.topics, a.headers, a.contentTypes, a.payloads, a.payloadBytes, a.traceParents, a.availableAt, w.lock}
+	return w.batchArrays, []any{
+		a.ids, a.aggregateTypes, a.aggregateIDs, a.versions, a.eventTypes,
+		a.schemaVersions, a.topics, a.headers, a.contentTypes, a.payloads, a.payloadBytes, a.traceParents, a.availableAt, w.lock,
+	}
 }
 
 func (t pgxTx) exec(ctx context.Context, q string, args ...any) error {
