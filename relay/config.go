@@ -65,6 +65,11 @@ type Config struct {
 	// MaxPerAggregate is, in ordered mode, the most events of one aggregate in a batch;
 	// they are handed to the sink in order. Default 10.
 	MaxPerAggregate int
+	// MaxBatchEvents is, in ordered mode, the most events in a batch: every head
+	// first, then every aggregate's next event, and so on, so the cut is fair and the
+	// relay's memory stays bounded whatever BatchSize × MaxPerAggregate. Default
+	// BatchSize × MaxPerAggregate, at most 10000; between 1 and 100000.
+	MaxBatchEvents int
 	// BatchTimeout is the time budget of one batch: claim, publish and mark. A publish
 	// still running then is abandoned (its events are published again later). Default 30s.
 	BatchTimeout time.Duration
@@ -137,6 +142,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.Partitions = cmp.Or(cfg.Partitions, 16)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 100)
 	cfg.MaxPerAggregate = cmp.Or(cfg.MaxPerAggregate, 10)
+	cfg.MaxBatchEvents = cmp.Or(cfg.MaxBatchEvents, min(cfg.BatchSize*cfg.MaxPerAggregate, maxBatchSize))
 	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, 30*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
 	cfg.FallbackPollInterval = cmp.Or(cfg.FallbackPollInterval, 5*time.Second)
@@ -171,6 +177,7 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.Partitions >= 1 && cfg.Partitions <= outboxmigrate.EventPartitions, "Partitions must be between 1 and %d, got %d", outboxmigrate.EventPartitions, cfg.Partitions)
 	check(cfg.BatchSize >= 1 && cfg.BatchSize <= maxBatchSize, "BatchSize must be between 1 and %d, got %d", maxBatchSize, cfg.BatchSize)
 	check(cfg.MaxPerAggregate >= 1 && cfg.MaxPerAggregate <= maxBatchSize, "MaxPerAggregate must be between 1 and %d, got %d", maxBatchSize, cfg.MaxPerAggregate)
+	check(cfg.MaxBatchEvents >= 1 && cfg.MaxBatchEvents <= 10*maxBatchSize, "MaxBatchEvents must be between 1 and %d, got %d", 10*maxBatchSize, cfg.MaxBatchEvents)
 	check(cfg.BatchTimeout > 0, "BatchTimeout must be positive, got %s", cfg.BatchTimeout)
 	check(cfg.PollInterval > 0, "PollInterval must be positive, got %s", cfg.PollInterval)
 	check(cfg.FallbackPollInterval > 0, "FallbackPollInterval must be positive, got %s", cfg.FallbackPollInterval)

@@ -62,6 +62,7 @@ type Relay struct {
 // queries holds the relay's SQL rendered for its schema.
 type queries struct {
 	claim, settle, config       string
+	unclaim                     string // unordered mode: unclaim_keep or unclaim_delete
 	purge, purgeNext, purgeLock string
 	leaseInit, leaseBeat        string
 	leaseAcquire, probe         string
@@ -69,10 +70,10 @@ type queries struct {
 	leaseNextExpiry             string
 }
 
-func newQueries(quoted, claim string) queries {
+func newQueries(quoted, claim, unclaim string) queries {
 	q := func(name string) string { return sqlq.Query(name, quoted) }
 	return queries{
-		claim: q(claim), settle: q("settle"), config: q("relay_config"),
+		claim: q(claim), settle: q("settle"), config: q("relay_config"), unclaim: q(unclaim),
 		purge: q("purge"), purgeNext: q("purge_next"), purgeLock: q("purge_lock"),
 		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"), probe: q("probe"),
 		leaseAcquire: q("lease_acquire"), leaseRelease: q("lease_release"), leaseNextExpiry: q("lease_next_expiry"),
@@ -95,8 +96,12 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay config: Schema: %w", err)
 	}
-	claim := "claim_ordered"
-	if c.Mode == Unordered {
+	// Unordered mode settles optimistically in its claim statement (ADR 0004).
+	claim, unclaim := "claim_ordered", "unclaim_keep"
+	switch {
+	case c.Mode == Unordered && c.Retention.Mode == DeleteOnPublish:
+		claim, unclaim = "claim_unordered_delete", "unclaim_delete"
+	case c.Mode == Unordered:
 		claim = "claim_unordered"
 	}
 	// A claim transaction is idle while the sink publishes; past the batch's budget plus
@@ -113,7 +118,7 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 		leases:        leaseSet{owned: map[int]*lease{}},
 		leaseWake:     make(chan struct{}, 1),
 		wakeupChannel: outbox.WakeupChannel(c.Schema),
-		q:             newQueries(quoted, claim),
+		q:             newQueries(quoted, claim, unclaim),
 		iitTimeout:    fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds()),
 	}
 	if c.Wakeup == WakeupListen {
@@ -411,7 +416,7 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		_ = tx.Rollback(rctx) // after Commit: a no-op
 	}()
 
-	msgs, bad, err := r.claim(ctx, tx, eventPartitions)
+	msgs, bad, claimedRows, err := r.claim(ctx, tx, eventPartitions)
 	if err != nil {
 		return res, err
 	}
@@ -462,7 +467,12 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	if err := failpoint.Inject(failpoint.BeforeMark); err != nil {
 		return res, err
 	}
-	if len(out.seqs) > 0 {
+	if r.cfg.Mode == Unordered {
+		// The claim marked (or deleted) every row as published: put back the others.
+		if err := r.unclaim(ctx, tx, msgs, bad, claimedRows, out); err != nil {
+			return res, err
+		}
+	} else if len(out.seqs) > 0 {
 		var owner *string
 		if r.cfg.Mode == Ordered {
 			owner = &r.owner
@@ -501,15 +511,16 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 }
 
 // claim runs the claim query and returns the messages to publish: per aggregate, the
-// contiguous prefix (rn = 1, 2, …) of locked, available rows.
-func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]outbox.Message, []badRow, error) {
+// contiguous prefix (rn = 1, 2, …) of locked, available rows. In unordered mode it also
+// returns, by seq, what unclaim needs to put a row back.
+func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]outbox.Message, []badRow, map[int64]claimedRow, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(r.iitTimeout)
 	// JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
 	// server's default JIT then spent 30-550 ms compiling every claim.
 	batch.Queue("SET LOCAL jit = off")
 	if r.cfg.Mode == Ordered {
-		batch.Queue(r.q.claim, eventPartitions, r.cfg.BatchSize, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead)
+		batch.Queue(r.q.claim, eventPartitions, r.cfg.BatchSize, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents)
 	} else {
 		batch.Queue(r.q.claim, eventPartitions, r.cfg.BatchSize)
 	}
@@ -517,19 +528,23 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]
 	defer func() { _ = br.Close() }()
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return nil, nil, fmt.Errorf("claim: session settings: %w", err)
+			return nil, nil, nil, fmt.Errorf("claim: session settings: %w", err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim batch: %w", err)
+		return nil, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	type aggKey struct{ typ, id string }
 	next := map[aggKey]int{} // the rn the aggregate's next row must have to be published
 	var (
-		msgs []outbox.Message
-		bad  []badRow
+		msgs    []outbox.Message
+		bad     []badRow
+		claimed map[int64]claimedRow
 	)
+	if r.cfg.Mode == Unordered {
+		claimed = map[int64]claimedRow{}
+	}
 	for rows.Next() {
 		var (
 			m           outbox.Message
@@ -539,13 +554,24 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]
 			rn          int
 			ready       bool
 		)
-		if err := rows.Scan(&m.Seq, &m.ID, &m.AggregateType, &m.AggregateID, &m.AggregateVersion, &m.EventType,
+		dest := []any{
+			&m.Seq, &m.ID, &m.AggregateType, &m.AggregateID, &m.AggregateVersion, &m.EventType,
 			&m.SchemaVersion, &m.Topic, &headers, &m.ContentType, &m.Payload, &traceParent, &m.CreatedAt,
-			&attempts, &rn, &ready); err != nil {
+			&attempts, &rn, &ready,
+		}
+		var c claimedRow
+		if claimed != nil {
+			dest = append(dest, &c.availableAt, &c.lastError, &c.payloadJSON)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
-			return nil, nil, fmt.Errorf("claim batch: read row: %w", err)
+			return nil, nil, nil, fmt.Errorf("claim batch: read row: %w", err)
 		}
 		m.Attempt = attempts + 1
+		if claimed != nil {
+			c.headers, c.traceParent, c.attempts = headers, traceParent, attempts
+			claimed[m.Seq] = c
+		}
 		k := aggKey{m.AggregateType, m.AggregateID}
 		want := next[k]
 		if want == 0 {
@@ -561,7 +587,9 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]
 		}
 		// A row written out of band (raw SQL, another language) may not decode: it
 		// fails alone, dead with the reason; the rest of the batch goes on.
-		if err := json.Unmarshal(headers, &m.Headers); err != nil {
+		if string(headers) == "{}" {
+			// the common case: no headers, nothing to decode
+		} else if err := json.Unmarshal(headers, &m.Headers); err != nil {
 			bad = append(bad, badRow{m, "undecodable row: headers must be a JSON object of strings: " + err.Error()})
 			next[k] = -1
 			continue
@@ -569,12 +597,12 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("claim batch: %w", err)
+		return nil, nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	// Rows come ordered by (rn, seq); hand them to the sink in seq order, so each
 	// aggregate's messages are in write order.
 	slices.SortFunc(msgs, func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) })
-	return msgs, bad, nil
+	return msgs, bad, claimed, nil
 }
 
 // badRow is a claimed row that cannot become a message.

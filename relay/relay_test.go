@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -61,5 +62,45 @@ func TestUnorderedNoDoubleClaim(t *testing.T) {
 	}
 	if busy < 2 {
 		t.Fatalf("only %d of 4 relays published: the test did not exercise concurrent claims", busy)
+	}
+}
+
+// MaxBatchEvents cuts an ordered batch fairly: every head first, then every aggregate's
+// next event, and so on; the relay's memory stays bounded whatever BatchSize ×
+// MaxPerAggregate.
+func TestOrderedBatchCutByMaxBatchEvents(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, aggregates("m", 5), 10)
+	sink := newTestSink()
+	var (
+		mu    sync.Mutex
+		sizes []map[string]int // events per aggregate, per sink call
+	)
+	sink.onPublish = func(msgs []outbox.Message) {
+		per := map[string]int{}
+		for _, m := range msgs {
+			per[m.AggregateID]++
+		}
+		mu.Lock()
+		sizes = append(sizes, per)
+		mu.Unlock()
+	}
+	cfg := fastConfig()
+	cfg.BatchSize, cfg.MaxPerAggregate, cfg.MaxBatchEvents = 5, 10, 12
+	start(t, newRelay(t, pool, sink, cfg))
+	checkOrder(t, sink.waitFor(t, 20*time.Second, "all 50 events", func(m []outbox.Message) bool { return distinctIDs(m) == 50 }))
+	mu.Lock()
+	defer mu.Unlock()
+	first := sizes[0]
+	total := 0
+	for agg, n := range first {
+		total += n
+		if n < 2 || n > 3 {
+			t.Errorf("first batch held %d events of %s, want 2 or 3 (a fair cut of 12 over 5 aggregates)", n, agg)
+		}
+	}
+	if total != 12 || len(first) != 5 {
+		t.Fatalf("first batch: %d events over %d aggregates (%v), want 12 over 5", total, len(first), first)
 	}
 }

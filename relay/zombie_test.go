@@ -45,7 +45,7 @@ func TestZombieRelayIsFenced(t *testing.T) {
 
 	waitSQL(t, pool, 60*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
 	statsA, statsB := a.stop(t), b.stop(t)
-	res := checkStorm(t, pool)
+	res := checkStorm(t, pool, true)
 	dups := res.deliveries - res.distinctDelivered
 	t.Logf("A: %+v", statsA)
 	t.Logf("B: %+v", statsB)

@@ -39,6 +39,7 @@ type relayShape struct {
 	mode                       relay.Mode
 	instances                  int
 	batchSize, maxPerAggregate int
+	concurrency                int  // batches in flight per instance (Config.Concurrency); 0: 1
 	jitOff                     bool // the relays' sessions run with jit = off
 }
 
@@ -48,6 +49,10 @@ func (b *bench) drainShapes() []relayShape {
 	for _, mode := range []relay.Mode{relay.Unordered, relay.Ordered} {
 		for _, n := range []int{1, drainInstancesHi} {
 			out = append(out, relayShape{mode: mode, instances: n, batchSize: b.o.batch, maxPerAggregate: b.o.maxPerAggregate})
+		}
+		if mode == relay.Unordered {
+			// One instance with as many batches in flight as the limit has loops.
+			out = append(out, relayShape{mode: mode, instances: 1, batchSize: b.o.batch, concurrency: drainInstancesHi})
 		}
 	}
 	return out
@@ -59,8 +64,11 @@ func (s relayShape) String() string {
 		inst = fmt.Sprintf("%d instances", s.instances)
 	}
 	jit := ""
+	if s.concurrency > 1 {
+		jit = fmt.Sprintf(", Concurrency %d", s.concurrency)
+	}
 	if s.jitOff {
-		jit = ", jit=off"
+		jit += ", jit=off"
 	}
 	if s.mode == relay.Unordered {
 		return fmt.Sprintf("relay unordered, %s (BatchSize %d%s)", inst, s.batchSize, jit)
@@ -73,7 +81,7 @@ func (s relayShape) String() string {
 // once the backlog is in place).
 func drainConfig(s relayShape, ret relay.RetentionMode) relay.Config {
 	return relay.Config{
-		Mode: s.mode, BatchSize: s.batchSize, MaxPerAggregate: s.maxPerAggregate,
+		Mode: s.mode, BatchSize: s.batchSize, MaxPerAggregate: s.maxPerAggregate, Concurrency: s.concurrency,
 		Wakeup: relay.WakeupPoll, PollInterval: time.Minute,
 		Retention: relay.Retention{Mode: ret},
 	}
@@ -276,7 +284,7 @@ func (b *bench) sweepShapes() []relayShape {
 				continue // in the main table
 			}
 			for _, n := range []int{1, drainInstancesHi} {
-				out = append(out, relayShape{relay.Ordered, n, st[0], st[1], jitOff})
+				out = append(out, relayShape{mode: relay.Ordered, instances: n, batchSize: st[0], maxPerAggregate: st[1], jitOff: jitOff})
 			}
 		}
 	}
@@ -289,7 +297,7 @@ func (b *bench) drainReport(all []drainRetention) partReport {
 	p("### Drain vs the plain-SQL limit\n\n")
 	p("A backlog of %d events over %d aggregates (COPY into a freshly migrated schema, then `VACUUM ANALYZE` and a checkpoint) is drained ", b.o.events, b.o.aggregates)
 	p("to an in-memory sink (`memsink`, its records reset after every call so it does not hold the backlog). ")
-	p("Relay settings as named, Partitions 16, Concurrency 1, other settings default; ")
+	p("Relay settings as named, Partitions 16, Concurrency 1 unless named, other settings default; ")
 	p("the relays run in a child process, each with its own pool, start before the fill, wait (Wakeup poll, PollInterval 1m) until ordered-mode leases are shared out, ")
 	p("and are woken with `Relay.Wake` once the backlog is in place; the time runs until `Stats().Published` (counted after each batch commits) reaches the backlog. ")
 	p("No per-aggregate order violation was seen in ordered runs (checked by the sink). ")

@@ -2,7 +2,9 @@
 --
 -- $1: the event partitions of the relay partitions this relay leases (int[]; null: all);
 -- $2: max heads; $3: max events per aggregate;
--- $4: aggregate types whose dead events do not hold their aggregate (text[]).
+-- $4: aggregate types whose dead events do not hold their aggregate (text[]);
+-- $5: max events in the batch (heads first, then every aggregate's second event, and so
+-- on: the cut is fair, and the relay's memory stays bounded however large $2 × $3).
 --
 -- A row may be published only when it is its aggregate's head: no earlier pending row of
 -- the aggregate exists, and no earlier dead row still holds it. Heads are found by walking
@@ -45,23 +47,27 @@ WITH heads AS MATERIALIZED (
     ORDER BY h.seq
     LIMIT $2
 ), picked AS MATERIALIZED (
-    SELECT seq, 1 AS rn, true AS ready FROM heads
-    UNION ALL
-    SELECT f.seq, f.rn, f.ready
-    FROM heads h
-    CROSS JOIN LATERAL (
-        SELECT x.seq, (row_number() OVER (ORDER BY x.seq) + 1)::int AS rn, x.available_at <= now() AS ready
-        FROM {{schema}}.events x
-        WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
-          AND x.seq > h.seq AND x.published_at IS NULL AND x.dead_at IS NULL
-          AND (x.aggregate_type = ANY($4::text[]) OR (
-              SELECT d.seq FROM {{schema}}.events d
-              WHERE d.aggregate_type = x.aggregate_type AND d.aggregate_id = x.aggregate_id
-                AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < x.seq
-              LIMIT 1) IS NULL)
-        ORDER BY x.seq
-        LIMIT $3 - 1
-    ) f
+    SELECT * FROM (
+        SELECT seq, 1 AS rn, true AS ready FROM heads
+        UNION ALL
+        SELECT f.seq, f.rn, f.ready
+        FROM heads h
+        CROSS JOIN LATERAL (
+            SELECT x.seq, (row_number() OVER (ORDER BY x.seq) + 1)::int AS rn, x.available_at <= now() AS ready
+            FROM {{schema}}.events x
+            WHERE x.aggregate_type = h.aggregate_type AND x.aggregate_id = h.aggregate_id
+              AND x.seq > h.seq AND x.published_at IS NULL AND x.dead_at IS NULL
+              AND (x.aggregate_type = ANY($4::text[]) OR (
+                  SELECT d.seq FROM {{schema}}.events d
+                  WHERE d.aggregate_type = x.aggregate_type AND d.aggregate_id = x.aggregate_id
+                    AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < x.seq
+                  LIMIT 1) IS NULL)
+            ORDER BY x.seq
+            LIMIT $3 - 1
+        ) f
+    ) levels
+    ORDER BY rn, seq
+    LIMIT $5
 )
 -- Lock each picked row by its primary key, one probe per row.
 SELECT e.seq, e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,

@@ -1,14 +1,33 @@
--- claim_unordered: lock the next batch in unordered mode, inside the relay's claim
--- transaction: the oldest available pending rows of the partition range that no other
--- relay holds. $1: event partitions (int[]; null: all); $2: batch size. Walks events_pending in seq order.
-SELECT e.seq, e.id, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_version, 0), e.event_type,
-       e.schema_version, coalesce(e.topic, ''), e.headers, e.content_type,
-       coalesce(convert_to(e.payload::text, 'UTF8'), e.payload_bytes), e.trace_parent, e.created_at,
-       e.attempts, 1 AS rn, true AS ready
-FROM {{schema}}.events e
-WHERE e.published_at IS NULL AND e.dead_at IS NULL
-  AND ($1::int[] IS NULL OR e.partition = ANY($1::int[]))
-  AND e.available_at <= now()
-ORDER BY e.seq
-LIMIT $2
-FOR UPDATE OF e SKIP LOCKED
+-- claim_unordered: claim the next batch in unordered mode and mark it published in the
+-- same statement, inside the relay's claim transaction (keep-then-delete and
+-- keep-then-archive retention; claim_unordered_delete.sql deletes instead).
+--
+-- $1: event partitions (int[]; null: all); $2: batch size. Picks the oldest available
+-- pending rows that no other relay holds (a walk of events_pending in seq order, SKIP
+-- LOCKED), counts the attempt and sets published_at before the sink has the messages:
+-- the transaction stays open while the relay publishes, so a crash or a rollback
+-- (sink down) undoes the mark, and the messages the sink refused are put back by
+-- unclaim_keep.sql before the commit. When every message goes out, as usual, the batch
+-- costs one write per row, as a plain UPDATE … RETURNING loop does, instead of a lock
+-- and then an update (ADR 0004).
+--
+-- Columns: as claim_ordered.sql's (attempts before this claim, rn, ready), then what
+-- unclaim needs: available_at, last_error, whether the payload is jsonb.
+WITH picked AS (
+    SELECT seq FROM {{schema}}.events
+    WHERE published_at IS NULL AND dead_at IS NULL
+      AND ($1::int[] IS NULL OR partition = ANY($1::int[]))
+      AND available_at <= now()
+    ORDER BY seq
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {{schema}}.events e
+SET published_at = now(), attempts = e.attempts + 1
+FROM picked p
+WHERE e.seq = p.seq
+RETURNING e.seq, e.id, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_version, 0), e.event_type,
+          e.schema_version, coalesce(e.topic, ''), e.headers, e.content_type,
+          coalesce(convert_to(e.payload::text, 'UTF8'), e.payload_bytes), e.trace_parent, e.created_at,
+          e.attempts - 1, 1 AS rn, true AS ready,
+          e.available_at, e.last_error, e.payload IS NOT NULL
