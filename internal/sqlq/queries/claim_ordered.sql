@@ -63,7 +63,9 @@ WITH heads AS MATERIALIZED (
                     AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < x.seq
                   LIMIT 1) IS NULL)
             ORDER BY x.seq
-            LIMIT $3 - 1
+            -- no deeper than the cut can reach: each aggregate gets at most
+            -- ceil($5 / heads) events, so the walk of followers stays near $5 rows
+            LIMIT least($3, ceil($5::numeric / (SELECT count(*) FROM heads))::int) - 1
         ) f
     ) levels
     ORDER BY rn, seq
