@@ -7,8 +7,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/outboxkit/outbox/outboxmigrate"
 )
 
 // A relay in ordered mode publishes only from the relay partitions it leases. Leases
@@ -35,17 +33,6 @@ type lease struct {
 type leaseSet struct {
 	mu    sync.Mutex
 	owned map[int]*lease
-}
-
-// partitionRange returns the event partitions [lo, hi] of relay partition i of n.
-func partitionRange(i, n int) (lo, hi int) {
-	const e = outboxmigrate.EventPartitions
-	return (i*e + n - 1) / n, ((i+1)*e+n-1)/n - 1
-}
-
-// relayPartitionOf returns the relay partition (of n) of an event partition.
-func relayPartitionOf(eventPartition, n int) int {
-	return eventPartition * n / outboxmigrate.EventPartitions
 }
 
 // claimable returns the partitions a batch may claim now, with their epochs, and marks

@@ -292,20 +292,13 @@ func (r *Relay) sleep(ctx context.Context, d time.Duration, wakeable bool) (woke
 	}
 }
 
-// eventPartitions returns the event partitions of relay partitions parts, or nil when
-// parts are all of them (no filter needed).
-func (r *Relay) eventPartitions(parts []int) []int {
+// scope returns parts, the relay partitions a query filters on, or nil when they are
+// all of them (no filter needed).
+func (r *Relay) scope(parts []int) []int {
 	if len(parts) == r.cfg.Partitions {
 		return nil
 	}
-	var out []int
-	for _, p := range parts {
-		lo, hi := partitionRange(p, r.cfg.Partitions)
-		for ep := lo; ep <= hi; ep++ {
-			out = append(out, ep)
-		}
-	}
-	return out
+	return parts
 }
 
 // workReady answers, with one cheap query, whether an idle relay has anything to claim.
@@ -317,12 +310,12 @@ func (r *Relay) workReady(ctx context.Context) (bool, error) {
 		if len(parts) == 0 {
 			return false, nil
 		}
-		scope = r.eventPartitions(parts)
+		scope = r.scope(parts)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
 	defer cancel()
 	var ready bool
-	if err := r.pool.QueryRow(ctx, r.q.probe, scope).Scan(&ready); err != nil {
+	if err := r.pool.QueryRow(ctx, r.q.probe, scope, r.cfg.Partitions).Scan(&ready); err != nil {
 		return false, fmt.Errorf("probe for work: %w", err)
 	}
 	return ready, nil
@@ -391,9 +384,9 @@ type batchResult struct{ claimed, published, retried, dead int }
 func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	var res batchResult
 	var (
-		parts           []int
-		epochs          []int64
-		eventPartitions []int // nil: all
+		parts  []int
+		epochs []int64
+		scope  []int // relay partitions to claim from; nil: all
 	)
 	if r.cfg.Mode == Ordered {
 		var done func()
@@ -402,7 +395,7 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		if len(parts) == 0 {
 			return res, nil
 		}
-		eventPartitions = r.eventPartitions(parts)
+		scope = r.scope(parts)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout+10*time.Second)
 	defer cancel()
@@ -416,7 +409,7 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		_ = tx.Rollback(rctx) // after Commit: a no-op
 	}()
 
-	msgs, bad, claimedRows, err := r.claim(ctx, tx, eventPartitions)
+	msgs, bad, claimedRows, err := r.claim(ctx, tx, scope)
 	if err != nil {
 		return res, err
 	}
@@ -513,16 +506,16 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 // claim runs the claim query and returns the messages to publish: per aggregate, the
 // contiguous prefix (rn = 1, 2, …) of locked, available rows. In unordered mode it also
 // returns, by seq, what unclaim needs to put a row back.
-func (r *Relay) claim(ctx context.Context, tx pgx.Tx, eventPartitions []int) ([]outbox.Message, []badRow, map[int64]claimedRow, error) {
+func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Message, []badRow, map[int64]claimedRow, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(r.iitTimeout)
 	// JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
 	// server's default JIT then spent 30-550 ms compiling every claim.
 	batch.Queue("SET LOCAL jit = off")
 	if r.cfg.Mode == Ordered {
-		batch.Queue(r.q.claim, eventPartitions, r.cfg.BatchSize, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents)
+		batch.Queue(r.q.claim, scope, r.cfg.BatchSize, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents, r.cfg.Partitions)
 	} else {
-		batch.Queue(r.q.claim, eventPartitions, r.cfg.BatchSize)
+		batch.Queue(r.q.claim, r.cfg.BatchSize)
 	}
 	br := tx.SendBatch(ctx, batch)
 	defer func() { _ = br.Close() }()

@@ -1,6 +1,9 @@
 -- claim_ordered: lock the next batch in ordered mode, inside the relay's claim transaction.
 --
--- $1: the event partitions of the relay partitions this relay leases (int[]; null: all);
+-- $1: the relay partitions this relay leases (int[]; null: all), $6: how many relay
+-- partitions there are (an event partition p is in relay partition p * $6 / 4096: a few
+-- integer operations per row, where a list of event partitions cost a search of up to
+-- 4096 entries per walked row);
 -- $2: max heads; $3: max events per aggregate;
 -- $4: aggregate types whose dead events do not hold their aggregate (text[]);
 -- $5: max events in the batch (heads first, then every aggregate's second event, and so
@@ -9,13 +12,13 @@
 -- A row may be published only when it is its aggregate's head: no earlier pending row of
 -- the aggregate exists, and no earlier dead row still holds it. Heads are found by walking
 -- events_pending in seq order (oldest first), probing events_pending_aggregate and
--- events_held per row; the walk stops after $3 heads, so a blocked aggregate's rows cost
+-- events_held per row; the walk stops after $2 heads, so a blocked aggregate's rows cost
 -- one probe each and never starve the others. Every probe is a correlated subquery or a
 -- LATERAL primary-key lookup, so the plan stays index-driven without statistics (an
 -- ANALYZE on an empty table once turned joins here into nested loops over the backlog). The walk has no low-water mark: a row that
 -- commits late with a lower seq is simply found on the next claim.
 --
--- Each head brings up to $4-1 followers of its aggregate (pipelining within an aggregate).
+-- Each head brings up to $3-1 followers of its aggregate (pipelining within an aggregate).
 -- The relay keeps, per aggregate, only the contiguous prefix (rn = 1, 2, …) of rows that
 -- it locked and that are available: a row skipped by SKIP LOCKED or not yet available
 -- ends its aggregate's share of the batch.
@@ -27,7 +30,7 @@ WITH heads AS MATERIALIZED (
     FROM {{schema}}.events h
     WHERE h.published_at IS NULL AND h.dead_at IS NULL
       AND h.available_at <= now()
-      AND ($1::int[] IS NULL OR h.partition = ANY($1::int[]))
+      AND ($1::int[] IS NULL OR h.partition * $6::int / 4096 = ANY($1::int[]))
       -- head: the first pending row of its aggregate. ORDER BY the index's own key makes
       -- this one probe of events_pending_aggregate per row whatever the statistics say
       -- (a min() let the planner walk events_pending instead after ANALYZE on a drained

@@ -2,9 +2,9 @@
 -- same statement, inside the relay's claim transaction (keep-then-delete and
 -- keep-then-archive retention; claim_unordered_delete.sql deletes instead).
 --
--- $1: event partitions (int[]; null: all); $2: batch size. Picks the oldest available
--- pending rows that no other relay holds (a walk of events_pending in seq order, SKIP
--- LOCKED), counts the attempt and sets published_at before the sink has the messages:
+-- $1: batch size. Picks the oldest available pending rows that no other relay holds (a
+-- walk of events_pending in seq order, SKIP LOCKED), counts the attempt and sets
+-- published_at before the sink has the messages:
 -- the transaction stays open while the relay publishes, so a crash or a rollback
 -- (sink down) undoes the mark, and the messages the sink refused are put back by
 -- unclaim_keep.sql before the commit. When every message goes out, as usual, the batch
@@ -16,10 +16,9 @@
 WITH picked AS (
     SELECT seq FROM {{schema}}.events
     WHERE published_at IS NULL AND dead_at IS NULL
-      AND ($1::int[] IS NULL OR partition = ANY($1::int[]))
       AND available_at <= now()
     ORDER BY seq
-    LIMIT $2
+    LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {{schema}}.events e

@@ -6,10 +6,9 @@
 WITH picked AS (
     SELECT seq FROM {{schema}}.events
     WHERE published_at IS NULL AND dead_at IS NULL
-      AND ($1::int[] IS NULL OR partition = ANY($1::int[]))
       AND available_at <= now()
     ORDER BY seq
-    LIMIT $2
+    LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {{schema}}.events e
