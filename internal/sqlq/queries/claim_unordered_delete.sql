@@ -12,8 +12,8 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {{schema}}.events e
-USING picked p
-WHERE e.seq = p.seq
+-- = ANY(ARRAY(…)): as in claim_unordered.sql
+WHERE e.seq = ANY(ARRAY(SELECT seq FROM picked))
 RETURNING e.seq, e.id, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_version, 0), e.event_type,
           e.schema_version, coalesce(e.topic, ''), e.headers, e.content_type,
           coalesce(convert_to(e.payload::text, 'UTF8'), e.payload_bytes), e.trace_parent, e.created_at,
