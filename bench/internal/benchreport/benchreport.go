@@ -29,11 +29,15 @@ type Machine struct {
 	Memory   string // MemTotal, e.g. "23.5 GiB"
 	Version  string // the server's version()
 	Settings string // the server settings that bias write benchmarks most
+	TLS      bool   // the benchmark's connections are encrypted (pg_stat_ssl)
 }
 
 // DescribeMachine describes this machine and the server behind pool.
 func DescribeMachine(ctx context.Context, pool *pgxpool.Pool) (Machine, error) {
 	m := Machine{CPUs: runtime.NumCPU(), Memory: memTotal()}
+	if err := pool.QueryRow(ctx, "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)").Scan(&m.TLS); err != nil {
+		return Machine{}, fmt.Errorf("describe connection: %w", err)
+	}
 	if err := pool.QueryRow(ctx, "SELECT version()").Scan(&m.Version); err != nil {
 		return Machine{}, fmt.Errorf("read server version: %w", err)
 	}
@@ -94,6 +98,11 @@ func Preamble(program string, started time.Time, m Machine, loadStart, loadEnd, 
 	fmt.Fprintf(&b, "- Date: %s\n", started.UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- Machine: nproc %d, memory %s, %s\n", m.CPUs, m.Memory, m.Version)
 	fmt.Fprintf(&b, "- Server settings: %s\n", m.Settings)
+	tls := "without TLS (`sslmode=disable` in the default DSN; runs before 2026-11-30 used TLS, which cost every configuration, the outbox's wider rows most)"
+	if m.TLS {
+		tls = "with TLS"
+	}
+	fmt.Fprintf(&b, "- Connections: loopback TCP %s\n", tls)
 	fmt.Fprintf(&b, "- Load average (1/5/15 min) at start: %s; at end: %s\n", loadStart, loadEnd)
 	if Busy(loadStart, m.CPUs) || Busy(loadEnd, m.CPUs) {
 		fmt.Fprintf(&b, "- **Warning**: the 1-minute load average exceeded nproc: %s\n", busyNote)
