@@ -57,6 +57,7 @@ type Relay struct {
 
 	q          queries
 	iitTimeout string
+	heads      headHint // ordered mode
 }
 
 // queries holds the relay's SQL rendered for its schema.
@@ -512,8 +513,10 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Mes
 	// JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
 	// server's default JIT then spent 30-550 ms compiling every claim.
 	batch.Queue("SET LOCAL jit = off")
+	headLimit, fullWalk := 0, false
 	if r.cfg.Mode == Ordered {
-		batch.Queue(r.q.claim, scope, r.cfg.BatchSize, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents, r.cfg.Partitions)
+		headLimit, fullWalk = r.heads.limit(scope, r.cfg.BatchSize)
+		batch.Queue(r.q.claim, scope, headLimit, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents, r.cfg.Partitions)
 	} else {
 		batch.Queue(r.q.claim, r.cfg.BatchSize)
 	}
@@ -534,6 +537,7 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Mes
 		msgs    []outbox.Message
 		bad     []badRow
 		claimed map[int64]claimedRow
+		heads   int // rows with rn = 1
 	)
 	if r.cfg.Mode == Unordered {
 		claimed = map[int64]claimedRow{}
@@ -561,6 +565,9 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Mes
 			return nil, nil, nil, fmt.Errorf("claim batch: read row: %w", err)
 		}
 		m.Attempt = attempts + 1
+		if rn == 1 {
+			heads++
+		}
 		if claimed != nil {
 			c.headers, c.traceParent, c.attempts = headers, traceParent, attempts
 			claimed[m.Seq] = c
@@ -591,6 +598,9 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Mes
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, nil, fmt.Errorf("claim batch: %w", err)
+	}
+	if r.cfg.Mode == Ordered {
+		r.heads.observe(scope, headLimit, heads, fullWalk)
 	}
 	// Rows come ordered by (rn, seq); hand them to the sink in seq order, so each
 	// aggregate's messages are in write order.

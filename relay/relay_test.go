@@ -104,3 +104,40 @@ func TestOrderedBatchCutByMaxBatchEvents(t *testing.T) {
 		t.Fatalf("first batch: %d events over %d aggregates (%v), want 12 over 5", total, len(first), first)
 	}
 }
+
+// A relay that owns fewer aggregates than BatchSize stops walking once it has found the
+// heads it found last time (headHint), yet an aggregate that appears later — its rows at
+// the end of the walk — is published within a few claims, not after the others drain.
+func TestLateAggregateNotStarvedByHeadHint(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, aggregates("old", 5), 100) // 500 events; 10 per batch below
+	sink := newTestSink()
+	var once sync.Once
+	sink.onPublish = func([]outbox.Message) {
+		once.Do(func() { enqueue(t, pool, []string{"late"}, 1) })
+	}
+	cfg := fastConfig()
+	cfg.BatchSize, cfg.MaxPerAggregate = 50, 2
+	start(t, newRelay(t, pool, sink, cfg))
+	msgs := sink.waitFor(t, 30*time.Second, "the late aggregate's event", func(m []outbox.Message) bool {
+		for _, x := range m {
+			if x.AggregateID == "late" {
+				return true
+			}
+		}
+		return false
+	})
+	before := 0
+	for _, m := range msgs {
+		if m.AggregateID == "late" {
+			break
+		}
+		before++
+	}
+	// The first batch, then at most 8 claims (relay.fullWalkEvery) of 10 events each.
+	if before > 10+8*10 {
+		t.Fatalf("the late aggregate waited for %d events of the others", before)
+	}
+	checkOrder(t, sink.waitFor(t, 30*time.Second, "everything", func(m []outbox.Message) bool { return distinctIDs(m) == 501 }))
+}
