@@ -505,8 +505,8 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 }
 
 // claim runs the claim query and returns the messages to publish: per aggregate, the
-// contiguous prefix (rn = 1, 2, …) of locked, available rows. In unordered mode it also
-// returns, by seq, what unclaim needs to put a row back.
+// contiguous prefix (rn = 1, 2, …) of locked, available rows. In unordered mode with
+// delete-on-publish it also returns, by seq, what unclaim needs to put a row back whole.
 func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Message, []badRow, map[int64]claimedRow, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(r.iitTimeout)
@@ -539,7 +539,7 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Mes
 		claimed map[int64]claimedRow
 		heads   int // rows with rn = 1
 	)
-	if r.cfg.Mode == Unordered {
+	if r.cfg.Mode == Unordered && r.cfg.Retention.Mode == DeleteOnPublish {
 		claimed = map[int64]claimedRow{}
 	}
 	for rows.Next() {
@@ -557,7 +557,7 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Mes
 			&attempts, &rn, &ready,
 		}
 		var c claimedRow
-		if claimed != nil {
+		if r.cfg.Mode == Unordered { // the columns unclaim_delete.sql needs
 			dest = append(dest, &c.availableAt, &c.lastError, &c.payloadJSON)
 		}
 		if err := rows.Scan(dest...); err != nil {

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,8 +11,9 @@ import (
 	"github.com/outboxkit/outbox"
 )
 
-// claimedRow is what unordered mode keeps of a claimed row, beyond its message, to put
-// it back whole when it is not published (unclaim_delete.sql needs every column).
+// claimedRow is what delete-on-publish in unordered mode keeps of a claimed row, beyond
+// its message, to put it back whole when it is not published (unclaim_delete.sql needs
+// every column).
 type claimedRow struct {
 	headers     []byte  // as stored (JSON text)
 	traceParent *string // as stored
@@ -26,6 +28,9 @@ type claimedRow struct {
 // published. Each goes back with its outcome: a retry, dead, or untouched (never sent,
 // or the sink was down: back to pending, no attempt counted).
 func (r *Relay) unclaim(ctx context.Context, tx pgx.Tx, msgs []outbox.Message, bad []badRow, claimed map[int64]claimedRow, out settlement) error {
+	if out.published == len(msgs) && len(bad) == 0 {
+		return nil // the usual batch: everything went out
+	}
 	type outcome struct {
 		name    string
 		err     *string
@@ -37,7 +42,7 @@ func (r *Relay) unclaim(ctx context.Context, tx pgx.Tx, msgs []outbox.Message, b
 	}
 	var back []outbox.Message // in batch order: messages first, then undecodable rows
 	var outcomes []outcome
-	for _, m := range append(msgs, badMessages(bad)...) {
+	for _, m := range slices.Concat(msgs, badMessages(bad)) {
 		o, ok := settled[m.Seq]
 		if !ok {
 			o = outcome{name: "untouched"}
