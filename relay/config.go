@@ -88,7 +88,12 @@ type Config struct {
 	// back to polling alone, with a warning, when its start-up self-test finds that
 	// notifications do not arrive (a transaction-pooling PgBouncer). WakeupPoll only polls.
 	Wakeup Wakeup
-	// Concurrency is the number of batches in flight at once. Default 1.
+	// Concurrency is the number of batches in flight at once, each holding a pool
+	// connection while its sink publishes; at most the pool's MaxConns. Default in
+	// Unordered mode: half the pool's MaxConns, between 1 and 4 (one batch at a time
+	// drains at most what one SQL loop can: bench/RESULTS.md; the other half of the pool
+	// stays free for retention and for a sink or an application sharing the pool). In
+	// Ordered mode: 1.
 	Concurrency int
 	// MaxAttempts is the attempt budget of an event failing transiently; it is dead
 	// when spent. Default 10. A permanent failure ([outbox.Permanent]) is dead at once.

@@ -46,6 +46,9 @@ func TestS3CrashWindows(t *testing.T) {
 				cfg := func() *relay.Config {
 					c := fastConfig()
 					c.Mode, c.Retention.Mode = m.mode, m.retention
+					// One batch in flight: a simulated crash stops the worker it hits, and a
+					// second worker would go on claiming until Run returns, as no real crash does.
+					c.Concurrency = 1
 					return c
 				}
 				crashInWindow(t, cfg, w.point, w.extra)

@@ -228,10 +228,7 @@ func (r *Relay) acquire(ctx context.Context, need int) error {
 	}
 	if len(got) > 0 {
 		r.log.InfoContext(ctx, "leases acquired", slog.Any("partitions", got))
-		select { // work is waiting in the new partitions
-		case r.wake <- struct{}{}:
-		default:
-		}
+		signal(r.wake) // work is waiting in the new partitions
 	}
 	return nil
 }

@@ -43,6 +43,11 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	if _, err := relay.New(pool, nil, nil); err == nil {
 		t.Error("nil sink accepted")
 	}
+	// More batches in flight than the pool has connections: they would wait for each other.
+	tooMany := int(pool.Config().MaxConns) + 1
+	if _, err := relay.New(pool, newTestSink(), &relay.Config{Concurrency: tooMany}); err == nil || !strings.Contains(err.Error(), "MaxConns") {
+		t.Errorf("Concurrency %d on a pool of %d: err = %v, want one naming MaxConns", tooMany, pool.Config().MaxConns, err)
+	}
 }
 
 // A relay whose mode or partition count differs from relay_config refuses to start.

@@ -281,10 +281,7 @@ func (r *Relay) notified(payload string) {
 	if payload == leaseReleasedPayload {
 		c = r.leaseWake
 	}
-	select {
-	case c <- struct{}{}:
-	default:
-	}
+	signal(c)
 }
 
 func (l *listener) closeConn(conn *pgx.Conn) {

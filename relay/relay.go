@@ -93,6 +93,13 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
+	maxConns := int(pool.Config().MaxConns)
+	if c.Mode == Unordered && (cfg == nil || cfg.Concurrency == 0) {
+		c.Concurrency = min(4, max(1, maxConns/2))
+	}
+	if c.Concurrency > maxConns {
+		return nil, fmt.Errorf("relay config: Concurrency %d is more than the pool's MaxConns %d: batches would wait for each other's connections", c.Concurrency, maxConns)
+	}
 	quoted, err := sqlq.QuoteSchema(c.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("relay config: Schema: %w", err)
@@ -131,12 +138,8 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 // Wake asks the relay to look for work (and, in ordered mode, for free leases) now
 // rather than after its poll interval. It never blocks; wake-ups coalesce.
 func (r *Relay) Wake() {
-	for _, c := range []chan struct{}{r.wake, r.leaseWake} {
-		select {
-		case c <- struct{}{}:
-		default:
-		}
-	}
+	signal(r.wake)
+	signal(r.leaseWake)
 }
 
 // Owner returns the id this relay uses in the leases and relay_members tables.
@@ -259,6 +262,14 @@ func (r *Relay) work(ctx, hard context.Context) error {
 		}
 	}
 	return nil
+}
+
+// signal sends on c without blocking; signals coalesce.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // idleWait is how long an idle relay waits for a wake-up before looking again.
@@ -418,6 +429,12 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	if res.claimed == 0 {
 		return res, nil
 	}
+	// Work found: bring an idle peer in to claim the next batch while this one is
+	// published, so one wake-up (a notification, Wake) sets every worker to a backlog,
+	// not just the one it reached.
+	if r.cfg.Concurrency > 1 {
+		signal(r.wake)
+	}
 	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {
 		return res, err
 	}
@@ -539,10 +556,17 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Mes
 		claimed map[int64]claimedRow
 		heads   int // rows with rn = 1
 	)
+	batchCap := r.cfg.BatchSize
+	if r.cfg.Mode == Ordered {
+		batchCap = r.cfg.MaxBatchEvents
+	}
 	if r.cfg.Mode == Unordered && r.cfg.Retention.Mode == DeleteOnPublish {
-		claimed = map[int64]claimedRow{}
+		claimed = make(map[int64]claimedRow, batchCap)
 	}
 	for rows.Next() {
+		if msgs == nil { // sized once, for a full batch: growing it cost a tenth of a drain's CPU
+			msgs = make([]outbox.Message, 0, batchCap)
+		}
 		var (
 			m           outbox.Message
 			headers     []byte
@@ -604,7 +628,10 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Mes
 	}
 	// Rows come ordered by (rn, seq); hand them to the sink in seq order, so each
 	// aggregate's messages are in write order.
-	slices.SortFunc(msgs, func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) })
+	bySeq := func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) }
+	if !slices.IsSortedFunc(msgs, bySeq) {
+		slices.SortFunc(msgs, bySeq)
+	}
 	return msgs, bad, claimed, nil
 }
 

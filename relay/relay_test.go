@@ -1,9 +1,14 @@
 package relay_test
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
@@ -141,3 +146,87 @@ func TestLateAggregateNotStarvedByHeadHint(t *testing.T) {
 	}
 	checkOrder(t, sink.waitFor(t, 30*time.Second, "everything", func(m []outbox.Message) bool { return distinctIDs(m) == 501 }))
 }
+
+// One wake-up sets every worker of a relay with Concurrency > 1 to a backlog: a worker
+// that claimed work wakes an idle peer, which claims the next batch while the first is
+// being published. (A wake-up used to reach one worker; the others slept until their
+// poll interval, so Concurrency did nothing after an idle spell.)
+func TestOneWakeUpSetsEveryWorkerToWork(t *testing.T) {
+	t.Parallel()
+	const workers = 3
+	connString := pgtest.ConnString(t, nil)
+	pool := pgtest.PoolFor(t, connString)
+	pcfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := &claimCounter{}
+	pcfg.ConnConfig.Tracer = claims
+	relayPool, err := pgxpool.NewWithConfig(t.Context(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(relayPool.Close)
+
+	// Each Publish waits (up to a bound) until every worker is publishing at once.
+	var inFlight, most atomic.Int32
+	together := make(chan struct{})
+	var once sync.Once
+	sink := newTestSink()
+	sink.onPublish = func([]outbox.Message) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		if n == workers {
+			once.Do(func() { close(together) })
+		}
+		select {
+		case <-together:
+		case <-time.After(time.Second):
+		}
+	}
+	cfg := fastConfig()
+	cfg.Mode, cfg.Concurrency, cfg.BatchSize = relay.Unordered, workers, 5
+	cfg.Wakeup, cfg.PollInterval = relay.WakeupPoll, time.Hour
+	r := newRelay(t, relayPool, sink, cfg)
+	start(t, r)
+	// Every worker claims once at start, finds nothing and sleeps for an hour.
+	deadline := time.Now().Add(10 * time.Second)
+	for claims.n.Load() < workers && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling a counter with a deadline
+	}
+	if claims.n.Load() < workers {
+		t.Fatalf("%d claims at start, want %d", claims.n.Load(), workers)
+	}
+
+	enqueue(t, pool, aggregates("w", 30), 1)
+	r.Wake()
+	sink.waitFor(t, 30*time.Second, "30 events", func(m []outbox.Message) bool { return distinctIDs(m) == 30 })
+	if got := most.Load(); got != workers {
+		t.Fatalf("at most %d batches were published at once after one wake-up, want %d (Concurrency)", got, workers)
+	}
+}
+
+// claimCounter counts the claim batches a pool sends (those that set the claim's jit
+// setting).
+type claimCounter struct{ n atomic.Int64 }
+
+func (c *claimCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	for _, q := range data.Batch.QueuedQueries {
+		if q.SQL == "SET LOCAL jit = off" {
+			c.n.Add(1)
+		}
+	}
+	return ctx
+}
+func (c *claimCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *claimCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (c *claimCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (c *claimCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}

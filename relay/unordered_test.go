@@ -112,6 +112,11 @@ func TestUnorderedClaimPutsBackWhatWasNotPublished(t *testing.T) {
 			msgs := sink.waitFor(t, time.Minute, "every publishable event", func(m []outbox.Message) bool { return distinctIDs(m) == wantPublished })
 			waitSQL(t, pool, 30*time.Second, 4, `SELECT count(*) FROM outbox.dead_letters WHERE last_error = 'permanent: rejected by the broker'
 				OR last_error LIKE 'undecodable row: headers%'`)
+			// The last batches commit after their messages reached the sink.
+			waitSQL(t, pool, 30*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL AND dead_at IS NULL`)
+			for deadline := time.Now().Add(10 * time.Second); r.Stats().Published < int64(wantPublished) && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond) //nolint:forbidigo // polling a counter with a deadline
+			}
 
 			// Every time the sink was handed an event, it was the same message apart from
 			// its attempt: a row put back lost nothing. Rows of every shape came back.

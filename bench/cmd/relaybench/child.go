@@ -18,8 +18,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,6 +51,7 @@ type childConfig struct {
 type childResult struct {
 	Elapsed         time.Duration // GO until Expect events were published (committed)
 	PeakRSSKiB      int64         // VmHWM of the child
+	CPU             time.Duration // user + system CPU time of the child from GO to the end
 	Acked           int64         // messages acknowledged by the sinks
 	OrderViolations int64
 	Stats           relay.Stats // summed over the relays
@@ -138,9 +141,10 @@ func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
 		close(cmds)
 	}()
 	var (
-		res     childResult
-		started time.Time
-		tick    <-chan time.Time
+		res        childResult
+		started    time.Time
+		cpuAtStart time.Duration
+		tick       <-chan time.Time
 	)
 	timeout := time.After(cfg.Timeout)
 wait:
@@ -151,7 +155,11 @@ wait:
 			case !ok || cmd == "STOP":
 				break wait
 			case cmd == "GO":
-				started = time.Now()
+				started, cpuAtStart = time.Now(), cpuTime()
+				if err := startProfile(); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
 				for _, r := range relays {
 					r.Wake()
 				}
@@ -176,6 +184,7 @@ wait:
 	}
 	stopRelays()
 	wg.Wait()
+	res.CPU = cpuTime() - cpuAtStart
 	if runErr != nil {
 		return runErr
 	}
@@ -277,6 +286,34 @@ func peakRSS() int64 {
 		}
 	}
 	return -1
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// profileEnv names a directory: when set, every child writes a CPU profile of its run
+// (from GO to the end) there, for finding where a relay spends its time.
+const profileEnv = "RELAYBENCH_CPUPROFILE"
+
+func startProfile() error {
+	dir := os.Getenv(profileEnv)
+	if dir == "" {
+		return nil
+	}
+	f, err := os.CreateTemp(dir, "relay-*.pprof")
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	return nil
 }
 
 // child is a running relay child, seen from the parent.

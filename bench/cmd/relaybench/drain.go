@@ -266,8 +266,9 @@ func (b *bench) drain(ctx context.Context) (partReport, error) {
 				return partReport{}, fmt.Errorf("%s, %s: %w", ret, s, err)
 			}
 			dr.relays = append(dr.relays, drainRun{s, res})
-			fmt.Fprintf(os.Stderr, "%-17s %-60s %8.0f events/s (%.0f%% of the limit), peak RSS %d MiB, %d batches\n", ret, s,
-				eps(b.o.events, res.Elapsed), 100*dr.best.elapsed.Seconds()/res.Elapsed.Seconds(), res.PeakRSSKiB>>10, res.Stats.Batches)
+			fmt.Fprintf(os.Stderr, "%-17s %-60s %8.0f events/s (%.0f%% of the limit), peak RSS %d MiB, %d batches, relay CPU %.0f%% of one core\n", ret, s,
+				eps(b.o.events, res.Elapsed), 100*dr.best.elapsed.Seconds()/res.Elapsed.Seconds(), res.PeakRSSKiB>>10, res.Stats.Batches,
+				100*res.CPU.Seconds()/res.Elapsed.Seconds())
 		}
 		all = append(all, dr)
 	}
