@@ -90,10 +90,12 @@ type Config struct {
 	Wakeup Wakeup
 	// Concurrency is the number of batches in flight at once, each holding a pool
 	// connection while its sink publishes; at most the pool's MaxConns. Default in
-	// Unordered mode: half the pool's MaxConns, between 1 and 4 (one batch at a time
-	// drains at most what one SQL loop can: bench/RESULTS.md; the other half of the pool
-	// stays free for retention and for a sink or an application sharing the pool). In
-	// Ordered mode: 1.
+	// Unordered mode: 2, or 1 on a pool of fewer than 4 connections (half the pool stays
+	// free for retention and for a sink or an application sharing it). One batch at a
+	// time drains at most what one SQL loop can; many claims at once on a small server
+	// lose more to SKIP LOCKED walking past each other's rows than they gain: count every
+	// instance's batches (bench/RESULTS.md). In Ordered mode: 1 (a relay's batches would
+	// compete for the same heads).
 	Concurrency int
 	// MaxAttempts is the attempt budget of an event failing transiently; it is dead
 	// when spent. Default 10. A permanent failure ([outbox.Permanent]) is dead at once.

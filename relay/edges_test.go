@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,6 +105,7 @@ func TestUndecodableRowFailsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	enqueue(t, pool, []string{"raw"}, 2) // claimed in the same batch, behind the bad row
 	before := rowText(t, pool, "raw")
 	sink := newTestSink()
 	start(t, newRelay(t, pool, sink, fastConfig()))
@@ -111,6 +113,17 @@ func TestUndecodableRowFailsAlone(t *testing.T) {
 	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'raw' AND last_error LIKE 'undecodable row: headers%'`)
 	if after := rowText(t, pool, "raw"); after != before {
 		t.Fatalf("the undecodable row's data changed:\n%s\n%s", before, after)
+	}
+	// The rows after it in its aggregate were claimed with it, not sent, and put back
+	// untouched: pending, no attempt counted, held by the dead row.
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE aggregate_id = 'raw' AND dead_at IS NULL
+		AND published_at IS NULL AND attempts = 0`); n != 2 {
+		t.Fatalf("%d of the 2 rows behind the undecodable one are pending and untouched", n)
+	}
+	for _, m := range sink.messages() {
+		if m.AggregateID == "raw" {
+			t.Fatalf("%s published past its aggregate's dead event", m.ID)
+		}
 	}
 }
 
@@ -121,7 +134,7 @@ func rowText(t *testing.T, pool interface {
 	t.Helper()
 	var s string
 	err := pool.QueryRow(context.Background(), `SELECT concat_ws('|', id, aggregate_type, aggregate_id, event_type, headers, payload, payload_bytes, created_at)
-		FROM outbox.events WHERE aggregate_id = $1`, agg).Scan(&s)
+		FROM outbox.events WHERE aggregate_id = $1 ORDER BY seq LIMIT 1`, agg).Scan(&s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,14 +207,16 @@ func TestDelayedEvents(t *testing.T) {
 	}
 }
 
-// TESTPLAN #15: the mark hits a serialization failure (40001), then a deadlock (40P01),
-// raised once each by a trigger. The relay retries the settle behind a savepoint, keeping
-// its claim: every event is published exactly once.
-func TestSettleRetriedOnSerializationFailure(t *testing.T) {
+// TESTPLAN #15: the mark and the put-back hit a serialization failure (40001), then a
+// deadlock (40P01), raised once each by a trigger. The mark is made by the claim
+// statement, before the sink has anything: a failing claim rolls back and is claimed
+// again, nothing published twice. The put-back of unpublished rows comes after the sink
+// published the rest of the batch: it is retried behind a savepoint, keeping the claim,
+// so the published messages are not published again. In both relay modes and both kinds
+// of retention (a put-back is an UPDATE, or in delete-on-publish an INSERT).
+func TestSerializationFailureRetried(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	ctx := context.Background()
-	_, err := pool.Exec(ctx, `
+	const raiseOnce = `
 		-- nextval is not rolled back with the failed statement: each fault fires once.
 		CREATE SEQUENCE fault_once;
 		CREATE FUNCTION raise_once() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -210,24 +225,82 @@ func TestSettleRetriedOnSerializationFailure(t *testing.T) {
 			IF n = 1 THEN RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001'; END IF;
 			IF n = 2 THEN RAISE EXCEPTION 'injected deadlock' USING ERRCODE = '40P01'; END IF;
 			RETURN NULL;
-		END $$;
-		CREATE TRIGGER raise_once AFTER UPDATE OF published_at ON outbox.events
-			FOR EACH STATEMENT EXECUTE FUNCTION raise_once();`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enqueue(t, pool, aggregates("s", 5), 2)
-	sink := newTestSink()
-	r := newRelay(t, pool, sink, fastConfig())
-	start(t, r)
-	waitSQL(t, pool, 10*time.Second, 10, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
-	if n := queryInt(t, pool, `SELECT last_value FROM fault_once`); n < 3 {
-		t.Fatalf("the trigger ran %d times, want the two faults and a success", n)
-	}
-	if msgs := sink.messages(); len(msgs) != 10 {
-		t.Fatalf("%d deliveries of 10 events: a retried settle published again", len(msgs))
-	}
-	if st := r.Stats(); st.SettleRetries != 2 {
-		t.Fatalf("SettleRetries = %d, want 2", st.SettleRetries)
+		END $$;`
+	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+		t.Run(string(mode)+"/mark", func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			_, err := pool.Exec(context.Background(), raiseOnce+`
+				CREATE TRIGGER raise_once AFTER UPDATE OF published_at ON outbox.events
+					FOR EACH STATEMENT EXECUTE FUNCTION raise_once();`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enqueue(t, pool, aggregates("s", 5), 2)
+			sink := newTestSink()
+			cfg := fastConfig()
+			cfg.Mode = mode
+			r := newRelay(t, pool, sink, cfg)
+			start(t, r)
+			waitSQL(t, pool, 10*time.Second, 10, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+			if n := queryInt(t, pool, `SELECT last_value FROM fault_once`); n < 3 {
+				t.Fatalf("the trigger ran %d times, want the two faults and a success", n)
+			}
+			if msgs := sink.messages(); len(msgs) != 10 {
+				t.Fatalf("%d deliveries of 10 events: a failed mark published", len(msgs))
+			}
+			if st := r.Stats(); st.Errors != 2 {
+				t.Fatalf("Errors = %d, want the 2 failed claims", st.Errors)
+			}
+		})
+		for _, retention := range []relay.RetentionMode{relay.KeepThenDelete, relay.DeleteOnPublish} {
+			t.Run(string(mode)+"/put-back/"+string(retention), func(t *testing.T) {
+				t.Parallel()
+				pool := pgtest.Pool(t)
+				// A row put back after a failed attempt: the claim's mark undone, or the
+				// deleted row inserted again with its attempt and error.
+				trigger := `CREATE TRIGGER raise_once AFTER UPDATE ON outbox.events FOR EACH ROW
+					WHEN (OLD.published_at IS NOT NULL AND NEW.published_at IS NULL) EXECUTE FUNCTION raise_once();`
+				if retention == relay.DeleteOnPublish {
+					trigger = `CREATE TRIGGER raise_once AFTER INSERT ON outbox.events FOR EACH ROW
+						WHEN (NEW.attempts > 0) EXECUTE FUNCTION raise_once();`
+				}
+				if _, err := pool.Exec(context.Background(), raiseOnce+trigger); err != nil {
+					t.Fatal(err)
+				}
+				enqueue(t, pool, aggregates("s", 5), 2)
+				sink := newTestSink()
+				var failed sync.Map
+				sink.fail = func(m outbox.Message) error {
+					if _, again := failed.LoadOrStore(m.ID, true); !again && m.AggregateID == "s0" {
+						return errors.New("transient failure")
+					}
+					return nil
+				}
+				cfg := fastConfig()
+				cfg.Mode, cfg.Retention.Mode = mode, retention
+				cfg.BreakerMinAggregates = 100 // one aggregate failing is not an outage
+				r := newRelay(t, pool, sink, cfg)
+				start(t, r)
+				sink.waitFor(t, 10*time.Second, "every event", func(m []outbox.Message) bool { return distinctIDs(m) == 10 })
+				waitSQL(t, pool, 10*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL AND dead_at IS NULL`)
+				if n := queryInt(t, pool, `SELECT last_value FROM fault_once`); n < 3 {
+					t.Fatalf("the trigger ran %d times, want the two faults and a success", n)
+				}
+				// s0's first event failed once; in ordered mode its second was not sent then.
+				perID := map[string]int{}
+				for _, m := range sink.messages() {
+					perID[m.ID.String()]++
+				}
+				for _, m := range sink.messages() {
+					if m.AggregateID != "s0" && perID[m.ID.String()] != 1 {
+						t.Fatalf("event %s of %s delivered %d times: the retried put-back published its batch again", m.ID, m.AggregateID, perID[m.ID.String()])
+					}
+				}
+				if st := r.Stats(); st.SettleRetries != 2 {
+					t.Fatalf("SettleRetries = %d, want 2", st.SettleRetries)
+				}
+			})
+		}
 	}
 }

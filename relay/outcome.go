@@ -9,7 +9,8 @@ import (
 	"github.com/outboxkit/outbox"
 )
 
-// settlement is what the settle statement writes for a batch.
+// settlement is the outcome of each message of a published batch (unclaim puts back
+// the ones not published).
 type settlement struct {
 	seqs     []int64
 	outcomes []string

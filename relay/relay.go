@@ -62,8 +62,8 @@ type Relay struct {
 
 // queries holds the relay's SQL rendered for its schema.
 type queries struct {
-	claim, settle, config       string
-	unclaim                     string // unordered mode: unclaim_keep or unclaim_delete
+	claim, fence, config        string
+	unclaim                     string // unclaim_keep or unclaim_delete
 	purge, purgeNext, purgeLock string
 	leaseInit, leaseBeat        string
 	leaseAcquire, probe         string
@@ -74,7 +74,7 @@ type queries struct {
 func newQueries(quoted, claim, unclaim string) queries {
 	q := func(name string) string { return sqlq.Query(name, quoted) }
 	return queries{
-		claim: q(claim), settle: q("settle"), config: q("relay_config"), unclaim: q(unclaim),
+		claim: q(claim), fence: q("fence"), config: q("relay_config"), unclaim: q(unclaim),
 		purge: q("purge"), purgeNext: q("purge_next"), purgeLock: q("purge_lock"),
 		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"), probe: q("probe"),
 		leaseAcquire: q("lease_acquire"), leaseRelease: q("lease_release"), leaseNextExpiry: q("lease_next_expiry"),
@@ -95,7 +95,7 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	}
 	maxConns := int(pool.Config().MaxConns)
 	if c.Mode == Unordered && (cfg == nil || cfg.Concurrency == 0) {
-		c.Concurrency = min(4, max(1, maxConns/2))
+		c.Concurrency = min(2, max(1, maxConns/2))
 	}
 	if c.Concurrency > maxConns {
 		return nil, fmt.Errorf("relay config: Concurrency %d is more than the pool's MaxConns %d: batches would wait for each other's connections", c.Concurrency, maxConns)
@@ -104,13 +104,17 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay config: Schema: %w", err)
 	}
-	// Unordered mode settles optimistically in its claim statement (ADR 0004).
+	// The claim statement marks (or deletes) what it claims as published; what the sink
+	// does not take is put back before the commit (ADR 0004).
 	claim, unclaim := "claim_ordered", "unclaim_keep"
-	switch {
-	case c.Mode == Unordered && c.Retention.Mode == DeleteOnPublish:
-		claim, unclaim = "claim_unordered_delete", "unclaim_delete"
-	case c.Mode == Unordered:
+	if c.Mode == Unordered {
 		claim = "claim_unordered"
+		if c.Retention.Mode == DeleteOnPublish {
+			claim = "claim_unordered_delete"
+		}
+	}
+	if c.Retention.Mode == DeleteOnPublish {
+		unclaim = "unclaim_delete"
 	}
 	// A claim transaction is idle while the sink publishes; past the batch's budget plus
 	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
@@ -337,36 +341,58 @@ func (r *Relay) workReady(ctx context.Context) (bool, error) {
 // deadlock.
 const settleAttempts = 3
 
-// settle writes a batch's outcomes and returns how many rows changed. It runs behind a
-// savepoint: a serialization failure or deadlock (40001, 40P01) rolls back to it —
-// keeping the claim's row locks — and the settle is retried, so the events are not
-// published a second time (TESTPLAN #15).
-func (r *Relay) settle(ctx context.Context, tx pgx.Tx, out settlement, owner *string, parts []int, epochs []int64) (int, error) {
+// settle ends a published batch in its claim transaction, before the commit. In ordered
+// mode it checks that every lease the batch was claimed under is still held at its
+// epoch, locking the lease rows FOR SHARE until the commit (fence.sql); fenced reports
+// that one moved on, and the caller rolls the batch back. With back (unclaim's
+// arguments; nil: everything went out) it puts back the rows whose messages were not
+// published. A put-back runs behind a savepoint: a serialization failure or deadlock
+// (40001, 40P01) rolls back to it, keeping the claim's row locks, and is retried, so the
+// batch is not published a second time (TESTPLAN #15).
+func (r *Relay) settle(ctx context.Context, tx pgx.Tx, back []any, parts []int, epochs []int64) (fenced bool, err error) {
+	ordered := r.cfg.Mode == Ordered
+	if !ordered && back == nil {
+		return false, nil
+	}
 	for attempt := 1; ; attempt++ {
 		batch := &pgx.Batch{}
-		batch.Queue("SAVEPOINT outbox_settle")
-		batch.Queue(r.q.settle, out.seqs, out.outcomes, out.errs, out.delays, r.cfg.Retention.Mode == DeleteOnPublish,
-			owner, parts, epochs, r.cfg.Partitions)
+		if back != nil {
+			batch.Queue("SAVEPOINT outbox_settle")
+		}
+		if ordered {
+			batch.Queue(r.q.fence, r.owner, parts, epochs)
+		}
+		if back != nil {
+			batch.Queue(r.q.unclaim, back...)
+		}
 		br := tx.SendBatch(ctx, batch)
-		_, err := br.Exec()
-		var changed int
-		if err == nil {
-			err = br.QueryRow().Scan(&changed)
+		if back != nil {
+			_, err = br.Exec()
+		}
+		if err == nil && ordered {
+			var held int
+			if err = br.QueryRow().Scan(&held); err == nil && held < len(parts) {
+				fenced = true
+			}
+		}
+		if err == nil && back != nil {
+			_, err = br.Exec()
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		if err == nil {
-			return changed, nil
+		if err == nil || fenced {
+			return fenced, nil
 		}
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "40P01") || attempt == settleAttempts {
-			return 0, fmt.Errorf("settle batch: %w", err)
+		if back == nil || !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "40P01") || attempt == settleAttempts {
+			return false, fmt.Errorf("settle batch: %w", err)
 		}
 		r.stats.settleRetries.Add(1)
 		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT outbox_settle"); rerr != nil {
-			return 0, fmt.Errorf("settle batch: %w (and rolling back to the savepoint: %w)", err, rerr)
+			return false, fmt.Errorf("settle batch: %w (and rolling back to the savepoint: %w)", err, rerr)
 		}
+		err = nil
 	}
 }
 
@@ -421,11 +447,12 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		_ = tx.Rollback(rctx) // after Commit: a no-op
 	}()
 
-	msgs, bad, claimedRows, err := r.claim(ctx, tx, scope)
+	c, err := r.claim(ctx, tx, scope)
 	if err != nil {
 		return res, err
 	}
-	res.claimed = len(msgs) + len(bad)
+	msgs, bad := c.msgs, c.bad
+	res.claimed = len(msgs) + len(bad) + len(c.skipped)
 	if res.claimed == 0 {
 		return res, nil
 	}
@@ -478,25 +505,17 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	if err := failpoint.Inject(failpoint.BeforeMark); err != nil {
 		return res, err
 	}
-	if r.cfg.Mode == Unordered {
-		// The claim marked (or deleted) every row as published: put back the others.
-		if err := r.unclaim(ctx, tx, msgs, bad, claimedRows, out); err != nil {
-			return res, err
-		}
-	} else if len(out.seqs) > 0 {
-		var owner *string
-		if r.cfg.Mode == Ordered {
-			owner = &r.owner
-		}
-		changed, err := r.settle(ctx, tx, out, owner, parts, epochs)
-		if err != nil {
-			return res, err
-		}
-		if fenced := len(out.seqs) - changed; fenced > 0 {
-			// Our lease moved on: the new owner publishes these again (duplicates).
-			r.stats.fencedWrites.Add(int64(fenced))
-			r.log.WarnContext(ctx, "marks fenced: lease taken over", slog.Int("fenced", fenced))
-		}
+	// The claim marked (or deleted) every row as published: put back the others.
+	fenced, err := r.settle(ctx, tx, r.unclaimArgs(c, out), parts, epochs)
+	if err != nil {
+		return res, err
+	}
+	if fenced {
+		// A lease moved on while the batch was out (this relay paused past it): the new
+		// owner publishes these events again (duplicates); nothing of the batch is kept.
+		r.stats.fencedWrites.Add(int64(res.claimed))
+		r.log.WarnContext(ctx, "batch fenced: lease taken over", slog.Int("events", res.claimed))
+		return res, tx.Rollback(ctx)
 	}
 	if err := failpoint.Inject(failpoint.BeforeCommit); err != nil {
 		return res, err
@@ -521,19 +540,30 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	return res, nil
 }
 
-// claim runs the claim query and returns the messages to publish: per aggregate, the
-// contiguous prefix (rn = 1, 2, …) of locked, available rows. In unordered mode with
-// delete-on-publish it also returns, by seq, what unclaim needs to put a row back whole.
-func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Message, []badRow, map[int64]claimedRow, error) {
+// claimedBatch is what a claim statement claimed (and marked published or deleted).
+type claimedBatch struct {
+	msgs    []outbox.Message // to publish, in seq order
+	bad     []badRow         // undecodable rows: dead
+	skipped []outbox.Message // ordered mode: after an undecodable row of their aggregate; put back untouched
+	// rows holds, in delete-on-publish, what unclaim needs to put a row back whole, by seq.
+	rows map[int64]claimedRow
+}
+
+// claim runs the claim statement and returns what it claimed: in ordered mode, per
+// aggregate, the contiguous prefix of locked, available rows (the statement cuts it).
+func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) (claimedBatch, error) {
+	var c claimedBatch
 	batch := &pgx.Batch{}
 	batch.Queue(r.iitTimeout)
 	// JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
 	// server's default JIT then spent 30-550 ms compiling every claim.
 	batch.Queue("SET LOCAL jit = off")
-	headLimit, fullWalk := 0, false
+	deleteOnPublish := r.cfg.Retention.Mode == DeleteOnPublish
+	headLimit, fullWalk, batchCap := 0, false, r.cfg.BatchSize
 	if r.cfg.Mode == Ordered {
 		headLimit, fullWalk = r.heads.limit(scope, r.cfg.BatchSize)
-		batch.Queue(r.q.claim, scope, headLimit, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents, r.cfg.Partitions)
+		batchCap = r.cfg.MaxBatchEvents
+		batch.Queue(r.q.claim, scope, headLimit, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents, r.cfg.Partitions, deleteOnPublish)
 	} else {
 		batch.Queue(r.q.claim, r.cfg.BatchSize)
 	}
@@ -541,98 +571,92 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) ([]outbox.Mes
 	defer func() { _ = br.Close() }()
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return nil, nil, nil, fmt.Errorf("claim: session settings: %w", err)
+			return c, fmt.Errorf("claim: session settings: %w", err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("claim batch: %w", err)
+		return c, fmt.Errorf("claim batch: %w", err)
 	}
-	type aggKey struct{ typ, id string }
-	next := map[aggKey]int{} // the rn the aggregate's next row must have to be published
-	var (
-		msgs    []outbox.Message
-		bad     []badRow
-		claimed map[int64]claimedRow
-		heads   int // rows with rn = 1
-	)
-	batchCap := r.cfg.BatchSize
-	if r.cfg.Mode == Ordered {
-		batchCap = r.cfg.MaxBatchEvents
+	type claimed struct {
+		m       outbox.Message
+		headers []byte
 	}
-	if r.cfg.Mode == Unordered && r.cfg.Retention.Mode == DeleteOnPublish {
-		claimed = make(map[int64]claimedRow, batchCap)
+	var all []claimed
+	if deleteOnPublish {
+		c.rows = make(map[int64]claimedRow, batchCap)
 	}
 	for rows.Next() {
-		if msgs == nil { // sized once, for a full batch: growing it cost a tenth of a drain's CPU
-			msgs = make([]outbox.Message, 0, batchCap)
+		if all == nil { // sized once, for a full batch: growing it cost a tenth of a drain's CPU
+			all = make([]claimed, 0, batchCap)
 		}
 		var (
-			m           outbox.Message
-			headers     []byte
+			cl          claimed
+			row         claimedRow
 			traceParent *string
-			attempts    int
-			rn          int
-			ready       bool
 		)
-		dest := []any{
+		m := &cl.m
+		if err := rows.Scan(
 			&m.Seq, &m.ID, &m.AggregateType, &m.AggregateID, &m.AggregateVersion, &m.EventType,
-			&m.SchemaVersion, &m.Topic, &headers, &m.ContentType, &m.Payload, &traceParent, &m.CreatedAt,
-			&attempts, &rn, &ready,
-		}
-		var c claimedRow
-		if r.cfg.Mode == Unordered { // the columns unclaim_delete.sql needs
-			dest = append(dest, &c.availableAt, &c.lastError, &c.payloadJSON)
-		}
-		if err := rows.Scan(dest...); err != nil {
+			&m.SchemaVersion, &m.Topic, &cl.headers, &m.ContentType, &m.Payload, &traceParent, &m.CreatedAt,
+			&row.attempts, &row.availableAt, &row.lastError, &row.payloadJSON,
+		); err != nil {
 			rows.Close()
-			return nil, nil, nil, fmt.Errorf("claim batch: read row: %w", err)
+			return c, fmt.Errorf("claim batch: read row: %w", err)
 		}
-		m.Attempt = attempts + 1
-		if rn == 1 {
-			heads++
-		}
-		if claimed != nil {
-			c.headers, c.traceParent, c.attempts = headers, traceParent, attempts
-			claimed[m.Seq] = c
-		}
-		k := aggKey{m.AggregateType, m.AggregateID}
-		want := next[k]
-		if want == 0 {
-			want = 1
-		}
-		if r.cfg.Mode == Ordered && (rn != want || !ready) {
-			next[k] = -1 // a gap: nothing more of this aggregate in this batch
-			continue
-		}
-		next[k] = want + 1
+		m.Attempt = row.attempts + 1
 		if traceParent != nil {
 			m.TraceParent = *traceParent
 		}
-		// A row written out of band (raw SQL, another language) may not decode: it
-		// fails alone, dead with the reason; the rest of the batch goes on.
-		if string(headers) == "{}" {
-			// the common case: no headers, nothing to decode
-		} else if err := json.Unmarshal(headers, &m.Headers); err != nil {
-			bad = append(bad, badRow{m, "undecodable row: headers must be a JSON object of strings: " + err.Error()})
-			next[k] = -1
-			continue
+		if c.rows != nil {
+			row.headers, row.traceParent = cl.headers, traceParent
+			c.rows[m.Seq] = row
 		}
-		msgs = append(msgs, m)
+		all = append(all, cl)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, nil, fmt.Errorf("claim batch: %w", err)
+		return c, fmt.Errorf("claim batch: %w", err)
+	}
+	// Hand the messages to the sink in seq order, so each aggregate's are in write order.
+	bySeq := func(a, b claimed) int { return cmp.Compare(a.m.Seq, b.m.Seq) }
+	if !slices.IsSortedFunc(all, bySeq) {
+		slices.SortFunc(all, bySeq)
+	}
+	type aggKey struct{ typ, id string }
+	var cut map[aggKey]bool // ordered mode: aggregates with an undecodable row in this batch
+	aggs := map[aggKey]struct{}{}
+	c.msgs = make([]outbox.Message, 0, len(all))
+	for _, cl := range all {
+		m := cl.m
+		k := aggKey{m.AggregateType, m.AggregateID}
+		if r.cfg.Mode == Ordered {
+			aggs[k] = struct{}{}
+			if cut[k] {
+				c.skipped = append(c.skipped, m)
+				continue
+			}
+		}
+		// A row written out of band (raw SQL, another language) may not decode: it
+		// fails alone, dead with the reason; the rest of the batch goes on.
+		if string(cl.headers) == "{}" {
+			// the common case: no headers, nothing to decode
+		} else if err := json.Unmarshal(cl.headers, &m.Headers); err != nil {
+			c.bad = append(c.bad, badRow{m, "undecodable row: headers must be a JSON object of strings: " + err.Error()})
+			if r.cfg.Mode == Ordered {
+				if cut == nil {
+					cut = map[aggKey]bool{}
+				}
+				cut[k] = true
+			}
+			continue
+		}
+		c.msgs = append(c.msgs, m)
 	}
 	if r.cfg.Mode == Ordered {
-		r.heads.observe(scope, headLimit, heads, fullWalk)
+		// Each aggregate in the batch came with its head.
+		r.heads.observe(scope, headLimit, len(aggs), fullWalk)
 	}
-	// Rows come ordered by (rn, seq); hand them to the sink in seq order, so each
-	// aggregate's messages are in write order.
-	bySeq := func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) }
-	if !slices.IsSortedFunc(msgs, bySeq) {
-		slices.SortFunc(msgs, bySeq)
-	}
-	return msgs, bad, claimed, nil
+	return c, nil
 }
 
 // badRow is a claimed row that cannot become a message.

@@ -30,10 +30,12 @@ type Stats struct {
 	LeasesLost int64
 	// LeasesReleased counts leases this relay gave back (rebalance or shutdown).
 	LeasesReleased int64
-	// FencedWrites counts marks refused because the lease had been taken over: the
-	// events are published again by the new owner (counted duplicates).
+	// FencedWrites counts the events of batches rolled back at commit because a lease
+	// they were claimed under had been taken over (this relay paused past it): the new
+	// owner publishes them again (counted duplicates).
 	FencedWrites int64
-	// SettleRetries counts settles retried after a serialization failure or deadlock.
+	// SettleRetries counts put-backs of unpublished rows retried after a serialization
+	// failure or deadlock.
 	SettleRetries int64
 	// AbandonedBatches counts batches dropped unpublished because the lease might have
 	// expired while the batch was being claimed (a pause, a slow database).

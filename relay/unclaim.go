@@ -1,19 +1,14 @@
 package relay
 
 import (
-	"context"
-	"fmt"
 	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox"
 )
 
-// claimedRow is what delete-on-publish in unordered mode keeps of a claimed row, beyond
-// its message, to put it back whole when it is not published (unclaim_delete.sql needs
-// every column).
+// claimedRow is what delete-on-publish keeps of a claimed row, beyond its message, to
+// put it back whole when it is not published (unclaim_delete.sql needs every column).
 type claimedRow struct {
 	headers     []byte  // as stored (JSON text)
 	traceParent *string // as stored
@@ -23,12 +18,13 @@ type claimedRow struct {
 	payloadJSON bool // the payload is jsonb, not bytea
 }
 
-// unclaim puts back, in the claim transaction, every row of an unordered batch whose
-// message was not published: the claim statement marked (or deleted) them all as
-// published. Each goes back with its outcome: a retry, dead, or untouched (never sent,
-// or the sink was down: back to pending, no attempt counted).
-func (r *Relay) unclaim(ctx context.Context, tx pgx.Tx, msgs []outbox.Message, bad []badRow, claimed map[int64]claimedRow, out settlement) error {
-	if out.published == len(msgs) && len(bad) == 0 {
+// unclaimArgs returns the arguments of the unclaim statement that puts back, in the
+// claim transaction, every row of a batch whose message was not published (the claim
+// statement marked, or deleted, them all as published), or nil when there is none. Each
+// goes back with its outcome: a retry, dead, or untouched (never sent, skipped, or the
+// sink was down: back to pending, no attempt counted).
+func (r *Relay) unclaimArgs(c claimedBatch, out settlement) []any {
+	if out.published == len(c.msgs) && len(c.bad) == 0 && len(c.skipped) == 0 {
 		return nil // the usual batch: everything went out
 	}
 	type outcome struct {
@@ -40,9 +36,9 @@ func (r *Relay) unclaim(ctx context.Context, tx pgx.Tx, msgs []outbox.Message, b
 	for i, seq := range out.seqs {
 		settled[seq] = outcome{out.outcomes[i], out.errs[i], out.delays[i]}
 	}
-	var back []outbox.Message // in batch order: messages first, then undecodable rows
+	var back []outbox.Message
 	var outcomes []outcome
-	for _, m := range slices.Concat(msgs, badMessages(bad)) {
+	for _, m := range slices.Concat(c.msgs, badMessages(c.bad), c.skipped) {
 		o, ok := settled[m.Seq]
 		if !ok {
 			o = outcome{name: "untouched"}
@@ -60,14 +56,10 @@ func (r *Relay) unclaim(ctx context.Context, tx pgx.Tx, msgs []outbox.Message, b
 	for i, m := range back {
 		seqs[i], names[i], errs[i], delays[i] = m.Seq, outcomes[i].name, outcomes[i].err, outcomes[i].delayMS
 	}
-	args := []any{seqs, names, errs, delays}
 	if r.cfg.Retention.Mode == DeleteOnPublish {
-		args = deletedRowArgs(back, claimed, names, errs, delays)
+		return deletedRowArgs(back, c.rows, names, errs, delays)
 	}
-	if _, err := tx.Exec(ctx, r.q.unclaim, args...); err != nil {
-		return fmt.Errorf("put back %d unpublished events: %w", n, err)
-	}
-	return nil
+	return []any{seqs, names, errs, delays}
 }
 
 func badMessages(bad []badRow) []outbox.Message {

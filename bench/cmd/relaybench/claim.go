@@ -50,12 +50,16 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 	n, batch, mpa := b.o.claimRows, b.o.batch, b.o.maxPerAggregate
 	maxEvents := min(batch*mpa, 10000) // the relay's default MaxBatchEvents
 	ordered := func(show bool) claimQuery {
-		return claimQuery{"ordered claim", "claim_ordered", fmt.Sprintf("NULL, %d, %d, NULL, %d, 16", batch, mpa, maxEvents), show}
+		return claimQuery{"ordered claim", "claim_ordered", fmt.Sprintf("NULL, %d, %d, NULL, %d, 16, false", batch, mpa, maxEvents), show}
 	}
 	unordered := claimQuery{"unordered claim", "claim_unordered", fmt.Sprint(batch), false}
 	orderedQuarter := claimQuery{ // relay partitions 0-3 of 16: relay 1 of 4
 		"ordered claim, 1 of 4 relays", "claim_ordered",
-		fmt.Sprintf("'{0,1,2,3}'::int[], %d, %d, NULL, %d, 16", batch, mpa, maxEvents), true,
+		fmt.Sprintf("'{0,1,2,3}'::int[], %d, %d, NULL, %d, 16, false", batch, mpa, maxEvents), true,
+	}
+	orderedDelete := claimQuery{
+		"ordered claim, delete-on-publish", "claim_ordered",
+		fmt.Sprintf("NULL, %d, %d, NULL, %d, 16, true", batch, mpa, maxEvents), false,
 	}
 	exec := func(qs ...string) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
@@ -104,7 +108,7 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 		{
 			"d", fmt.Sprintf("the drain's backlog: %d pending rows over %d aggregates, VACUUM ANALYZE", b.o.events, b.o.aggregates),
 			steps(fill(b.o.events, false), exec("VACUUM ANALYZE outbox.events", "CHECKPOINT")),
-			[]claimQuery{ordered(true), orderedQuarter, unordered, {"settle, delete-on-publish, 1000 rows", "settle", "", true}},
+			[]claimQuery{ordered(true), orderedQuarter, orderedDelete, unordered, {"unordered claim, delete-on-publish", "claim_unordered_delete", fmt.Sprint(batch), false}},
 		},
 	}
 
@@ -139,13 +143,6 @@ func (b *bench) explain(ctx context.Context, conn *pgx.Conn, scenario string, q 
 		return nil, fmt.Errorf("read the relay's SQL (run from bench/ or set -sqldir): %w", err)
 	}
 	args := q.args
-	if q.file == "settle" { // mark the 1000 oldest rows published, deleting them
-		var seqs string
-		if err := conn.QueryRow(ctx, `SELECT array_agg(seq ORDER BY seq)::text FROM (SELECT seq FROM outbox.events ORDER BY seq LIMIT 1000) s`).Scan(&seqs); err != nil {
-			return nil, fmt.Errorf("pick rows to settle: %w", err)
-		}
-		args = fmt.Sprintf("'%s'::bigint[], array_fill('published'::text, ARRAY[1000]), array_fill(NULL::text, ARRAY[1000]), array_fill(0::bigint, ARRAY[1000]), true, NULL, NULL, NULL, 16", seqs)
-	}
 	if _, err := conn.Exec(ctx, "PREPARE q AS "+strings.ReplaceAll(string(text), "{{schema}}", `"outbox"`)); err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", q.file, err)
 	}
@@ -190,7 +187,7 @@ func (b *bench) claimReport(scenarios string, all []claimMeasure) partReport {
 	p("`EXPLAIN (ANALYZE, BUFFERS)` of the relay's claim statements as the relay runs them (read from `internal/sqlq/queries`, schema \"outbox\"; BatchSize %d, MaxPerAggregate %d, all partitions unless said), ", b.o.batch, b.o.maxPerAggregate)
 	p("prepared and executed in a transaction that is rolled back: twice with a custom plan, then with the generic plan that a prepared statement (pgx caches them) switches to after five executions. ")
 	p("Scans lists the distinct scan nodes; removed is \"Rows Removed by Filter\" × loops summed over nodes (rows walked past); JIT is the JIT compilation total (server default jit = on). ")
-	p("The drain's backlog (d) also shows the settle statement in delete-on-publish mode for 1000 rows. Scenarios:\n\n%s\n", scenarios)
+	p("The claim statements mark the rows they claim as published (or delete them, in delete-on-publish, shown for the drain's backlog (d)); the rolled-back transaction undoes it. Scenarios:\n\n%s\n", scenarios)
 	p("| scenario | statement | run | top node | scans | rows | removed | shared hit/read | JIT ms | execution ms |\n|---|---|---|---|---|---:|---:|---:|---:|---:|\n")
 	for _, m := range all {
 		p("| (%s) | %s | %s | %s | %s | %d | %d | %d/%d | %s | %.1f |\n", m.scenario, m.query, m.run, m.sum.root,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,20 +40,22 @@ type relayShape struct {
 	mode                       relay.Mode
 	instances                  int
 	batchSize, maxPerAggregate int
-	concurrency                int  // batches in flight per instance (Config.Concurrency); 0: 1
+	concurrency                int  // batches in flight per instance (Config.Concurrency); 0: the default
 	jitOff                     bool // the relays' sessions run with jit = off
 }
 
 // drainShapes are the configurations of the main drain table.
 func (b *bench) drainShapes() []relayShape {
 	var out []relayShape
-	for _, mode := range []relay.Mode{relay.Unordered, relay.Ordered} {
+	for _, mode := range b.o.modes {
 		for _, n := range []int{1, drainInstancesHi} {
 			out = append(out, relayShape{mode: mode, instances: n, batchSize: b.o.batch, maxPerAggregate: b.o.maxPerAggregate})
 		}
 		if mode == relay.Unordered {
-			// One instance with as many batches in flight as the limit has loops.
-			out = append(out, relayShape{mode: mode, instances: 1, batchSize: b.o.batch, concurrency: drainInstancesHi})
+			// One batch in flight per instance (the default runs several).
+			for _, n := range []int{1, drainInstancesHi} {
+				out = append(out, relayShape{mode: mode, instances: n, batchSize: b.o.batch, concurrency: 1})
+			}
 		}
 	}
 	return out
@@ -64,7 +67,7 @@ func (s relayShape) String() string {
 		inst = fmt.Sprintf("%d instances", s.instances)
 	}
 	jit := ""
-	if s.concurrency > 1 {
+	if s.concurrency > 0 {
 		jit = fmt.Sprintf(", Concurrency %d", s.concurrency)
 	}
 	if s.jitOff {
@@ -257,7 +260,7 @@ func (b *bench) drain(ctx context.Context) (partReport, error) {
 			}
 		}
 		shapes := b.drainShapes()
-		if i == 0 {
+		if i == 0 && slices.Contains(b.o.modes, relay.Ordered) {
 			shapes = append(shapes, b.sweepShapes()...)
 		}
 		for _, s := range shapes {

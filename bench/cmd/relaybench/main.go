@@ -46,7 +46,8 @@ type options struct {
 	events, aggregates, batch, maxPerAggregate int
 	limitBatches, limitWorkers                 []int
 	retentions                                 []relay.RetentionMode
-	orderedSweep                               [][2]int // BatchSize, MaxPerAggregate
+	orderedSweep                               [][2]int     // BatchSize, MaxPerAggregate
+	modes                                      []relay.Mode // drain: relay modes of the main table
 
 	scaleEvents  int
 	scaleLatency time.Duration
@@ -76,6 +77,7 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 1000, "drain, scale, claim: relay BatchSize (heads, in ordered mode)")
 	flag.IntVar(&o.maxPerAggregate, "max-per-aggregate", 200, "drain, scale, claim: relay MaxPerAggregate (ordered mode)")
 	retention := flag.String("retention", "keep-then-delete,delete-on-publish,keep-then-archive", "drain: retention modes to measure, comma-separated")
+	modes := flag.String("modes", "unordered,ordered", "drain: relay modes to measure, comma-separated")
 	sweep := flag.String("ordered-sweep", "100x10,100x50", "drain: other ordered settings (BatchSize x MaxPerAggregate) tried in the first retention mode")
 	flag.StringVar(&limitBatches, "limit-batches", "100,1000", "drain: batch sizes tried for the plain-SQL limit")
 	flag.StringVar(&limitWorkers, "limit-workers", "1,4", "drain: concurrent loops tried for the plain-SQL limit")
@@ -90,7 +92,7 @@ func main() {
 	flag.StringVar(&o.sqlDir, "sqldir", "../internal/sqlq/queries", "claim: directory of the relay's .sql files")
 	flag.Parse()
 
-	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates))
+	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseModes(*modes, &o.modes), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates))
 	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err = run(ctx, o)
@@ -208,6 +210,18 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "wrote section %q of %s\n", sectionTitle, o.out)
+	}
+	return nil
+}
+
+func parseModes(s string, out *[]relay.Mode) error {
+	for f := range strings.SplitSeq(s, ",") {
+		switch m := relay.Mode(strings.TrimSpace(f)); m {
+		case relay.Ordered, relay.Unordered:
+			*out = append(*out, m)
+		default:
+			return fmt.Errorf("-modes: unknown relay mode %q", f)
+		}
 	}
 	return nil
 }

@@ -1,4 +1,5 @@
--- claim_ordered: lock the next batch in ordered mode, inside the relay's claim transaction.
+-- claim_ordered: claim the next batch in ordered mode and mark it published (or delete
+-- it) in the same statement, inside the relay's claim transaction.
 --
 -- $1: the relay partitions this relay leases (int[]; null: all), $6: how many relay
 -- partitions there are (an event partition p is in relay partition p * $6 / 4096: a few
@@ -7,7 +8,8 @@
 -- $2: max heads; $3: max events per aggregate;
 -- $4: aggregate types whose dead events do not hold their aggregate (text[]);
 -- $5: max events in the batch (heads first, then every aggregate's second event, and so
--- on: the cut is fair, and the relay's memory stays bounded however large $2 × $3).
+-- on: the cut is fair, and the relay's memory stays bounded however large $2 × $3);
+-- $7: delete the claimed rows (retention: delete on publish) instead of marking them.
 --
 -- A row may be published only when it is its aggregate's head: no earlier pending row of
 -- the aggregate exists, and no earlier dead row still holds it. Heads are found by walking
@@ -15,16 +17,20 @@
 -- events_held per row; the walk stops after $2 heads, so a blocked aggregate's rows cost
 -- one probe each and never starve the others. Every probe is a correlated subquery or a
 -- LATERAL primary-key lookup, so the plan stays index-driven without statistics (an
--- ANALYZE on an empty table once turned joins here into nested loops over the backlog). The walk has no low-water mark: a row that
--- commits late with a lower seq is simply found on the next claim.
+-- ANALYZE on an empty table once turned joins here into nested loops over the backlog).
+-- The walk has no low-water mark: a row that commits late with a lower seq is simply
+-- found on the next claim.
 --
 -- Each head brings up to $3-1 followers of its aggregate (pipelining within an aggregate).
--- The relay keeps, per aggregate, only the contiguous prefix (rn = 1, 2, …) of rows that
--- it locked and that are available: a row skipped by SKIP LOCKED or not yet available
--- ends its aggregate's share of the batch.
+-- Only the contiguous prefix (rn = 1, 2, …) of each aggregate's rows that this statement
+-- locked and that are available is claimed: a row skipped by SKIP LOCKED or not yet
+-- available ends its aggregate's share of the batch.
 --
--- The pending predicate is repeated on the locked row, so a row published or killed by
--- someone else between the snapshot and the lock is re-checked and dropped.
+-- Claimed rows are marked published (attempt counted) or deleted before the sink has
+-- them, as in claim_unordered.sql: the transaction stays open while the relay publishes,
+-- a crash or a rollback undoes the mark, and what the sink did not take is put back by
+-- unclaim_keep.sql or unclaim_delete.sql before the commit (ADR 0004). Columns: as
+-- claim_unordered.sql's.
 WITH heads AS MATERIALIZED (
     SELECT h.seq, h.aggregate_type, h.aggregate_id
     FROM {{schema}}.events h
@@ -51,9 +57,9 @@ WITH heads AS MATERIALIZED (
     LIMIT $2
 ), picked AS MATERIALIZED (
     SELECT * FROM (
-        SELECT seq, 1 AS rn, true AS ready FROM heads
+        SELECT seq, seq AS head, 1 AS rn, true AS ready FROM heads
         UNION ALL
-        SELECT f.seq, f.rn, f.ready
+        SELECT f.seq, h.seq, f.rn, f.ready
         FROM heads h
         CROSS JOIN LATERAL (
             SELECT x.seq, (row_number() OVER (ORDER BY x.seq) + 1)::int AS rn, x.available_at <= now() AS ready
@@ -73,19 +79,41 @@ WITH heads AS MATERIALIZED (
     ) levels
     ORDER BY rn, seq
     LIMIT $5
+),
+-- Lock each picked row by its primary key, one probe per row. The pending predicate is
+-- repeated on the locked row, so a row published or killed by someone else between the
+-- snapshot and the lock is re-checked and left out.
+locked AS MATERIALIZED (
+    SELECT pk.seq, pk.head, pk.rn, pk.ready AND l.seq IS NOT NULL AS ok
+    FROM picked pk
+    LEFT JOIN LATERAL (
+        SELECT x.seq FROM {{schema}}.events x
+        WHERE x.seq = pk.seq AND x.published_at IS NULL AND x.dead_at IS NULL
+        FOR UPDATE SKIP LOCKED
+    ) l ON true
+), claimed AS MATERIALIZED (
+    -- per aggregate, the rows before its first gap
+    SELECT seq FROM (
+        SELECT seq, ok, bool_and(ok) OVER (PARTITION BY head ORDER BY rn) AS before_gap FROM locked
+    ) w
+    WHERE before_gap
+), deleted AS (
+    DELETE FROM {{schema}}.events e
+    -- = ANY(ARRAY(…)): one primary-key probe per row whatever the plan (claim_unordered.sql)
+    WHERE $7::boolean AND e.seq = ANY(ARRAY(SELECT seq FROM claimed))
+    RETURNING e.seq, e.id, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_version, 0) AS aggregate_version, e.event_type,
+              e.schema_version, coalesce(e.topic, '') AS topic, e.headers, e.content_type,
+              coalesce(convert_to(e.payload::text, 'UTF8'), e.payload_bytes) AS payload, e.trace_parent, e.created_at,
+              e.attempts, e.available_at, e.last_error, e.payload IS NOT NULL AS payload_is_json
+), marked AS (
+    UPDATE {{schema}}.events e
+    SET published_at = now(), attempts = e.attempts + 1
+    WHERE NOT $7::boolean AND e.seq = ANY(ARRAY(SELECT seq FROM claimed))
+    RETURNING e.seq, e.id, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_version, 0), e.event_type,
+              e.schema_version, coalesce(e.topic, ''), e.headers, e.content_type,
+              coalesce(convert_to(e.payload::text, 'UTF8'), e.payload_bytes), e.trace_parent, e.created_at,
+              e.attempts - 1, e.available_at, e.last_error, e.payload IS NOT NULL
 )
--- Lock each picked row by its primary key, one probe per row.
-SELECT e.seq, e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
-       e.schema_version, e.topic, e.headers, e.content_type, e.payload, e.trace_parent, e.created_at,
-       e.attempts, pk.rn, pk.ready
-FROM picked pk
-CROSS JOIN LATERAL (
-    SELECT x.seq, x.id, x.aggregate_type, x.aggregate_id, coalesce(x.aggregate_version, 0) AS aggregate_version,
-           x.event_type, x.schema_version, coalesce(x.topic, '') AS topic, x.headers, x.content_type,
-           coalesce(convert_to(x.payload::text, 'UTF8'), x.payload_bytes) AS payload, x.trace_parent,
-           x.created_at, x.attempts
-    FROM {{schema}}.events x
-    WHERE x.seq = pk.seq AND x.published_at IS NULL AND x.dead_at IS NULL
-    FOR UPDATE SKIP LOCKED
-) e
-ORDER BY pk.rn, e.seq
+SELECT * FROM deleted
+UNION ALL
+SELECT * FROM marked

@@ -11,7 +11,7 @@
 -- costs one write per row, as a plain UPDATE … RETURNING loop does, instead of a lock
 -- and then an update (ADR 0004).
 --
--- Columns: as claim_ordered.sql's (attempts before this claim, rn, ready), then what
+-- Columns: the message's, the attempts before this claim, then what
 -- unclaim needs: available_at, last_error, whether the payload is jsonb.
 WITH picked AS (
     SELECT seq FROM {{schema}}.events
@@ -30,5 +30,5 @@ WHERE e.seq = ANY(ARRAY(SELECT seq FROM picked))
 RETURNING e.seq, e.id, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_version, 0), e.event_type,
           e.schema_version, coalesce(e.topic, ''), e.headers, e.content_type,
           coalesce(convert_to(e.payload::text, 'UTF8'), e.payload_bytes), e.trace_parent, e.created_at,
-          e.attempts - 1, 1 AS rn, true AS ready,
+          e.attempts - 1,
           e.available_at, e.last_error, e.payload IS NOT NULL

@@ -17,5 +17,5 @@ WHERE e.seq = ANY(ARRAY(SELECT seq FROM picked))
 RETURNING e.seq, e.id, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_version, 0), e.event_type,
           e.schema_version, coalesce(e.topic, ''), e.headers, e.content_type,
           coalesce(convert_to(e.payload::text, 'UTF8'), e.payload_bytes), e.trace_parent, e.created_at,
-          e.attempts, 1 AS rn, true AS ready,
+          e.attempts,
           e.available_at, e.last_error, e.payload IS NOT NULL
