@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
@@ -299,6 +300,68 @@ func TestSerializationFailureRetried(t *testing.T) {
 				}
 				if st := r.Stats(); st.SettleRetries != 2 {
 					t.Fatalf("SettleRetries = %d, want 2", st.SettleRetries)
+				}
+			})
+		}
+	}
+}
+
+// TESTPLAN #15, isolation levels: relays whose transactions run at REPEATABLE READ or
+// SERIALIZABLE (default_transaction_isolation on their pool), two at once, while events
+// are written and the sink fails a tenth of first attempts (so rows are put back). A
+// claim that meets a row changed since its snapshot fails with a serialization error and
+// is claimed again: every event is published, first deliveries in order in ordered mode.
+func TestRelaysUnderStricterIsolation(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"repeatable read", "serializable"} {
+		for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+			t.Run(strings.ReplaceAll(level, " ", "-")+"/"+string(mode), func(t *testing.T) {
+				t.Parallel()
+				connString := pgtest.ConnString(t, nil)
+				pool := pgtest.PoolFor(t, connString)
+				sink := newTestSink()
+				var tried sync.Map
+				sink.fail = func(m outbox.Message) error {
+					if _, again := tried.LoadOrStore(m.ID, true); !again && m.ID[15]%10 == 0 {
+						return errors.New("transient failure")
+					}
+					return nil
+				}
+				for range 2 {
+					cfg, err := pgxpool.ParseConfig(connString)
+					if err != nil {
+						t.Fatal(err)
+					}
+					cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = level
+					relayPool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(relayPool.Close)
+					var got string
+					if err := relayPool.QueryRow(context.Background(), `SHOW transaction_isolation`).Scan(&got); err != nil {
+						t.Fatal(err)
+					}
+					if got != level {
+						t.Fatalf("the relay pool runs at %s, want %s", got, level)
+					}
+					rc := fastConfig()
+					rc.Mode, rc.BatchSize = mode, 7
+					rc.BreakerMinAggregates = 1000 // per-message failures, not an outage
+					start(t, newRelay(t, relayPool, sink, rc))
+				}
+				const aggs, perAgg = 10, 30
+				produce(context.Background(), t, pool, aggregates("i", aggs), perAgg, time.Second)
+				waitSQL(t, pool, time.Minute, aggs*perAgg, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+				msgs := sink.messages()
+				if distinctIDs(msgs) != aggs*perAgg {
+					t.Fatalf("%d distinct events delivered, want %d", distinctIDs(msgs), aggs*perAgg)
+				}
+				if mode == relay.Ordered {
+					checkOrder(t, msgs)
+				}
+				if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE attempts > 1`); n == 0 {
+					t.Fatal("no event was retried: the failure injection did not work")
 				}
 			})
 		}
