@@ -578,27 +578,26 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) (claimedBatch
 	if err != nil {
 		return c, fmt.Errorf("claim batch: %w", err)
 	}
-	type claimed struct {
-		m       outbox.Message
-		headers []byte
-	}
-	var all []claimed
+	var (
+		msgs    []outbox.Message
+		headers [][]byte // each message's headers as stored (JSON text)
+	)
 	if deleteOnPublish {
 		c.rows = make(map[int64]claimedRow, batchCap)
 	}
 	for rows.Next() {
-		if all == nil { // sized once, for a full batch: growing it cost a tenth of a drain's CPU
-			all = make([]claimed, 0, batchCap)
+		if msgs == nil { // sized once, for a full batch: growing them cost a tenth of a drain's CPU
+			msgs, headers = make([]outbox.Message, 0, batchCap), make([][]byte, 0, batchCap)
 		}
 		var (
-			cl          claimed
+			m           outbox.Message
+			h           []byte
 			row         claimedRow
 			traceParent *string
 		)
-		m := &cl.m
 		if err := rows.Scan(
 			&m.Seq, &m.ID, &m.AggregateType, &m.AggregateID, &m.AggregateVersion, &m.EventType,
-			&m.SchemaVersion, &m.Topic, &cl.headers, &m.ContentType, &m.Payload, &traceParent, &m.CreatedAt,
+			&m.SchemaVersion, &m.Topic, &h, &m.ContentType, &m.Payload, &traceParent, &m.CreatedAt,
 			&row.attempts, &row.availableAt, &row.lastError, &row.payloadJSON,
 		); err != nil {
 			rows.Close()
@@ -609,25 +608,23 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) (claimedBatch
 			m.TraceParent = *traceParent
 		}
 		if c.rows != nil {
-			row.headers, row.traceParent = cl.headers, traceParent
+			row.headers, row.traceParent = h, traceParent
 			c.rows[m.Seq] = row
 		}
-		all = append(all, cl)
+		msgs, headers = append(msgs, m), append(headers, h)
 	}
 	if err := rows.Err(); err != nil {
 		return c, fmt.Errorf("claim batch: %w", err)
 	}
 	// Hand the messages to the sink in seq order, so each aggregate's are in write order.
-	bySeq := func(a, b claimed) int { return cmp.Compare(a.m.Seq, b.m.Seq) }
-	if !slices.IsSortedFunc(all, bySeq) {
-		slices.SortFunc(all, bySeq)
+	if !slices.IsSortedFunc(msgs, func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) }) {
+		msgs, headers = sortBySeq(msgs, headers)
 	}
 	type aggKey struct{ typ, id string }
 	var cut map[aggKey]bool // ordered mode: aggregates with an undecodable row in this batch
 	aggs := map[aggKey]struct{}{}
-	c.msgs = make([]outbox.Message, 0, len(all))
-	for _, cl := range all {
-		m := cl.m
+	n := 0 // msgs[:n] are the messages to publish
+	for i, m := range msgs {
 		k := aggKey{m.AggregateType, m.AggregateID}
 		if r.cfg.Mode == Ordered {
 			aggs[k] = struct{}{}
@@ -638,9 +635,9 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) (claimedBatch
 		}
 		// A row written out of band (raw SQL, another language) may not decode: it
 		// fails alone, dead with the reason; the rest of the batch goes on.
-		if string(cl.headers) == "{}" {
+		if string(headers[i]) == "{}" {
 			// the common case: no headers, nothing to decode
-		} else if err := json.Unmarshal(cl.headers, &m.Headers); err != nil {
+		} else if err := json.Unmarshal(headers[i], &m.Headers); err != nil {
 			c.bad = append(c.bad, badRow{m, "undecodable row: headers must be a JSON object of strings: " + err.Error()})
 			if r.cfg.Mode == Ordered {
 				if cut == nil {
@@ -650,13 +647,29 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) (claimedBatch
 			}
 			continue
 		}
-		c.msgs = append(c.msgs, m)
+		msgs[n] = m
+		n++
 	}
+	c.msgs = msgs[:n]
 	if r.cfg.Mode == Ordered {
 		// Each aggregate in the batch came with its head.
 		r.heads.observe(scope, headLimit, len(aggs), fullWalk)
 	}
 	return c, nil
+}
+
+// sortBySeq returns msgs and their headers sorted by seq.
+func sortBySeq(msgs []outbox.Message, headers [][]byte) ([]outbox.Message, [][]byte) {
+	order := make([]int, len(msgs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(msgs[a].Seq, msgs[b].Seq) })
+	sortedMsgs, sortedHeaders := make([]outbox.Message, len(msgs)), make([][]byte, len(msgs))
+	for i, o := range order {
+		sortedMsgs[i], sortedHeaders[i] = msgs[o], headers[o]
+	}
+	return sortedMsgs, sortedHeaders
 }
 
 // badRow is a claimed row that cannot become a message.

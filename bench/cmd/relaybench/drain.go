@@ -327,7 +327,7 @@ func (b *bench) drainReport(all []drainRetention) partReport {
 			switch {
 			case r.shape.mode == relay.Unordered && r.shape.concurrency == 0: // the default; the others are diagnostics
 				want = targetUnordered
-			case r.shape.instances == drainInstancesHi:
+			case r.shape.mode == relay.Ordered && r.shape.instances == drainInstancesHi:
 				want = targetOrdered4
 			}
 			if want > 0 {
