@@ -17,6 +17,12 @@ const fullWalkEvery = 8
 // is found. Every fullWalkEvery-th claim asks for BatchSize again, so an aggregate that
 // appears later (its rows are newer, at the end of the walk) waits at most that many
 // claims.
+//
+// The hint is taken only from a deep walk: one whose batch holds at least twice as many
+// events as heads, i.e. aggregates with a backlog behind their heads, which is what makes
+// walking everything costly. A shallow walk (a steady trickle of events, each its own
+// aggregate's head) is cheap, and a hint from it would cap the next batches at the few
+// heads there were then: at 2,000 events/s the relay fell behind and stayed behind.
 type headHint struct {
 	mu     sync.Mutex
 	scope  string // the claim scope the hint is for
@@ -36,17 +42,18 @@ func (h *headHint) limit(scope []int, batchSize int) (int, bool) {
 	return min(h.heads, batchSize), false
 }
 
-// observe records that a claim in scope asked for limit heads and found found.
-func (h *headHint) observe(scope []int, limit, found int, full bool) {
+// observe records that a claim in scope asked for limit heads and found found, in a
+// batch of events events.
+func (h *headHint) observe(scope []int, limit, found, events int, full bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if full {
 		h.scope, h.claims = fmt.Sprint(scope), 0
 	}
 	switch {
-	case found < limit && found > 0:
-		h.heads = found // the walk ran out of rows: there are no more heads than this
-	case full || found == 0:
+	case found < limit && found > 0 && events >= 2*found:
+		h.heads = found // a deep walk ran out of rows: there are no more heads than this
+	case full || found < limit:
 		h.heads = 0
 	}
 }

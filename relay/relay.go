@@ -337,62 +337,55 @@ func (r *Relay) workReady(ctx context.Context) (bool, error) {
 	return ready, nil
 }
 
-// settleAttempts bounds the retries of a settle that hit a serialization failure or a
+// settleAttempts bounds the retries of a put-back that hit a serialization failure or a
 // deadlock.
 const settleAttempts = 3
 
-// settle ends a published batch in its claim transaction, before the commit. In ordered
-// mode it checks that every lease the batch was claimed under is still held at its
-// epoch, locking the lease rows FOR SHARE until the commit (fence.sql); fenced reports
-// that one moved on, and the caller rolls the batch back. With back (unclaim's
-// arguments; nil: everything went out) it puts back the rows whose messages were not
-// published. A put-back runs behind a savepoint: a serialization failure or deadlock
-// (40001, 40P01) rolls back to it, keeping the claim's row locks, and is retried, so the
-// batch is not published a second time (TESTPLAN #15).
-func (r *Relay) settle(ctx context.Context, tx pgx.Tx, back []any, parts []int, epochs []int64) (fenced bool, err error) {
-	ordered := r.cfg.Mode == Ordered
-	if !ordered && back == nil {
-		return false, nil
-	}
+// commit ends a published batch, in one round trip: in ordered mode a check that every
+// lease the batch was claimed under is still held at its epoch, locking the lease rows
+// FOR SHARE until the commit (fence.sql; fenced reports that one moved on, the COMMIT
+// does not run, and the caller rolls the batch back); with back (unclaim's arguments;
+// nil: everything went out) the put-back of the rows whose messages were not published;
+// then COMMIT. A put-back runs behind a savepoint: a serialization failure or deadlock
+// (40001, 40P01) rolls back to it, keeping the claim's row locks, and it is retried, so
+// the batch is not published a second time (TESTPLAN #15).
+func (r *Relay) commit(ctx context.Context, tx *batchTx, back []any, parts []int, epochs []int64) (fenced bool, err error) {
 	for attempt := 1; ; attempt++ {
-		batch := &pgx.Batch{}
+		b := &pgx.Batch{}
 		if back != nil {
-			batch.Queue("SAVEPOINT outbox_settle")
+			b.Queue("SAVEPOINT outbox_settle")
 		}
-		if ordered {
-			batch.Queue(r.q.fence, r.owner, parts, epochs)
+		if r.cfg.Mode == Ordered {
+			b.Queue(r.q.fence, r.owner, parts, epochs)
 		}
 		if back != nil {
-			batch.Queue(r.q.unclaim, back...)
+			b.Queue(r.q.unclaim, back...)
 		}
-		br := tx.SendBatch(ctx, batch)
-		if back != nil {
-			_, err = br.Exec()
-		}
-		if err == nil && ordered {
-			var held int
-			if err = br.QueryRow().Scan(&held); err == nil && held < len(parts) {
-				fenced = true
+		b.Queue("COMMIT")
+		br := tx.send(ctx, b)
+		for range b.Len() {
+			if _, err = br.Exec(); err != nil {
+				break
 			}
-		}
-		if err == nil && back != nil {
-			_, err = br.Exec()
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		if err == nil || fenced {
-			return fenced, nil
+		switch {
+		case err == nil:
+			tx.committed()
+			return false, nil
+		case errFenced(err):
+			return true, nil
 		}
 		var pgErr *pgconn.PgError
 		if back == nil || !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "40P01") || attempt == settleAttempts {
-			return false, fmt.Errorf("settle batch: %w", err)
+			return false, fmt.Errorf("commit batch: %w", err)
 		}
 		r.stats.settleRetries.Add(1)
-		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT outbox_settle"); rerr != nil {
-			return false, fmt.Errorf("settle batch: %w (and rolling back to the savepoint: %w)", err, rerr)
+		if _, rerr := tx.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT outbox_settle"); rerr != nil {
+			return false, fmt.Errorf("commit batch: %w (and rolling back to the savepoint: %w)", err, rerr)
 		}
-		err = nil
 	}
 }
 
@@ -437,15 +430,11 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout+10*time.Second)
 	defer cancel()
-	tx, err := r.pool.Begin(ctx)
+	tx, err := r.beginBatch(ctx)
 	if err != nil {
-		return res, fmt.Errorf("begin claim: %w", err)
+		return res, err
 	}
-	defer func() {
-		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer rcancel()
-		_ = tx.Rollback(rctx) // after Commit: a no-op
-	}()
+	defer tx.end()
 
 	c, err := r.claim(ctx, tx, scope)
 	if err != nil {
@@ -469,7 +458,7 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	// these partitions by now. Judged by the local monotonic clock, with a margin.
 	if r.cfg.Mode == Ordered && !r.leases.valid(parts, epochs, time.Now()) {
 		r.stats.abandonedBatches.Add(1)
-		return res, tx.Rollback(ctx)
+		return res, tx.rollback(ctx)
 	}
 
 	var results []error
@@ -494,7 +483,7 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		}
 		r.stats.sinkDownBatches.Add(1)
 		if len(bad) == 0 {
-			return res, tx.Rollback(ctx)
+			return res, tx.rollback(ctx)
 		}
 	}
 	for _, b := range bad {
@@ -505,8 +494,11 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	if err := failpoint.Inject(failpoint.BeforeMark); err != nil {
 		return res, err
 	}
+	if err := failpoint.Inject(failpoint.BeforeCommit); err != nil {
+		return res, err
+	}
 	// The claim marked (or deleted) every row as published: put back the others.
-	fenced, err := r.settle(ctx, tx, r.unclaimArgs(c, out), parts, epochs)
+	fenced, err := r.commit(ctx, tx, r.unclaimArgs(c, out), parts, epochs)
 	if err != nil {
 		return res, err
 	}
@@ -515,13 +507,7 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		// owner publishes these events again (duplicates); nothing of the batch is kept.
 		r.stats.fencedWrites.Add(int64(res.claimed))
 		r.log.WarnContext(ctx, "batch fenced: lease taken over", slog.Int("events", res.claimed))
-		return res, tx.Rollback(ctx)
-	}
-	if err := failpoint.Inject(failpoint.BeforeCommit); err != nil {
-		return res, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("commit batch: %w", err)
+		return res, tx.rollback(ctx)
 	}
 	switch {
 	case out.published > 0:
@@ -551,9 +537,10 @@ type claimedBatch struct {
 
 // claim runs the claim statement and returns what it claimed: in ordered mode, per
 // aggregate, the contiguous prefix of locked, available rows (the statement cuts it).
-func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) (claimedBatch, error) {
+func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBatch, error) {
 	var c claimedBatch
 	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
 	batch.Queue(r.iitTimeout)
 	// JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
 	// server's default JIT then spent 30-550 ms compiling every claim.
@@ -567,11 +554,11 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) (claimedBatch
 	} else {
 		batch.Queue(r.q.claim, r.cfg.BatchSize)
 	}
-	br := tx.SendBatch(ctx, batch)
+	br := tx.send(ctx, batch)
 	defer func() { _ = br.Close() }()
-	for range 2 {
+	for range 3 {
 		if _, err := br.Exec(); err != nil {
-			return c, fmt.Errorf("claim: session settings: %w", err)
+			return c, fmt.Errorf("claim: begin: %w", err)
 		}
 	}
 	rows, err := br.Query()
@@ -653,7 +640,7 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx, scope []int) (claimedBatch
 	c.msgs = msgs[:n]
 	if r.cfg.Mode == Ordered {
 		// Each aggregate in the batch came with its head.
-		r.heads.observe(scope, headLimit, len(aggs), fullWalk)
+		r.heads.observe(scope, headLimit, len(aggs), len(msgs), fullWalk)
 	}
 	return c, nil
 }
