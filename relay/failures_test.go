@@ -36,18 +36,24 @@ func (q *queryCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 
 func countedPool(t *testing.T, connString string) (*pgxpool.Pool, *queryCounter) {
 	t.Helper()
+	qc := &queryCounter{}
+	return tracedPool(t, connString, qc), qc
+}
+
+// tracedPool returns a pool on connString whose connections report to tracer.
+func tracedPool(t *testing.T, connString string, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		t.Fatal(err)
 	}
-	qc := &queryCounter{}
-	cfg.ConnConfig.Tracer = qc
+	cfg.ConnConfig.Tracer = tracer
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return pool, qc
+	return pool
 }
 
 // S2 and the outage case: with the sink down for a while, nothing counts an attempt or

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
@@ -156,17 +155,8 @@ func TestOneWakeUpSetsEveryWorkerToWork(t *testing.T) {
 	const workers = 3
 	connString := pgtest.ConnString(t, nil)
 	pool := pgtest.PoolFor(t, connString)
-	pcfg, err := pgxpool.ParseConfig(connString)
-	if err != nil {
-		t.Fatal(err)
-	}
 	claims := &claimCounter{}
-	pcfg.ConnConfig.Tracer = claims
-	relayPool, err := pgxpool.NewWithConfig(t.Context(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(relayPool.Close)
+	relayPool := tracedPool(t, connString, claims)
 
 	// Each Publish waits (up to a bound) until every worker is publishing at once.
 	var inFlight, most atomic.Int32
