@@ -94,8 +94,9 @@ type Config struct {
 	// free for retention and for a sink or an application sharing it). One batch at a
 	// time drains at most what one SQL loop can; many claims at once on a small server
 	// lose more to SKIP LOCKED walking past each other's rows than they gain: count every
-	// instance's batches (bench/RESULTS.md). In Ordered mode: 1 (a relay's batches would
-	// compete for the same heads).
+	// instance's batches (bench/RESULTS.md). In Ordered mode: 1 — a relay's batches would
+	// compete for the same heads; to publish ordered batches in parallel from one process,
+	// run several relays on the pool: they share the partitions by lease.
 	Concurrency int
 	// MaxAttempts is the attempt budget of an event failing transiently; it is dead
 	// when spent. Default 10. A permanent failure ([outbox.Permanent]) is dead at once.
