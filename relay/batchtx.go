@@ -29,12 +29,15 @@ func (r *Relay) beginBatch(ctx context.Context) (*batchTx, error) {
 	return &batchTx{conn: conn}, nil
 }
 
-// send sends b, which must start with BEGIN (then open is set) or run inside the
-// transaction, and returns its results.
+// begin sends BEGIN followed by b's statements, and returns the results (BEGIN's first).
+func (t *batchTx) begin(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, b.QueuedQueries...)
+	t.open = true
+	return t.conn.SendBatch(ctx, b)
+}
+
+// send sends b, whose statements run inside the transaction, and returns the results.
 func (t *batchTx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if len(b.QueuedQueries) > 0 && b.QueuedQueries[0].SQL == "BEGIN" {
-		t.open = true
-	}
 	return t.conn.SendBatch(ctx, b)
 }
 

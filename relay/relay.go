@@ -531,8 +531,9 @@ type claimedBatch struct {
 	msgs    []outbox.Message // to publish, in seq order
 	bad     []badRow         // undecodable rows: dead
 	skipped []outbox.Message // ordered mode: after an undecodable row of their aggregate; put back untouched
-	// rows holds, in delete-on-publish, what unclaim needs to put a row back whole, by seq.
-	rows map[int64]claimedRow
+	// rows holds, in delete-on-publish, what unclaim needs to put a row back whole, in
+	// seq order.
+	rows []claimedRow
 }
 
 // claim runs the claim statement and returns what it claimed: in ordered mode, per
@@ -540,7 +541,6 @@ type claimedBatch struct {
 func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBatch, error) {
 	var c claimedBatch
 	batch := &pgx.Batch{}
-	batch.Queue("BEGIN")
 	batch.Queue(r.iitTimeout)
 	// JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
 	// server's default JIT then spent 30-550 ms compiling every claim.
@@ -554,7 +554,7 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 	} else {
 		batch.Queue(r.q.claim, r.cfg.BatchSize)
 	}
-	br := tx.send(ctx, batch)
+	br := tx.begin(ctx, batch)
 	defer func() { _ = br.Close() }()
 	for range 3 {
 		if _, err := br.Exec(); err != nil {
@@ -570,7 +570,7 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 		headers [][]byte // each message's headers as stored (JSON text)
 	)
 	if deleteOnPublish {
-		c.rows = make(map[int64]claimedRow, batchCap)
+		c.rows = make([]claimedRow, 0, batchCap)
 	}
 	for rows.Next() {
 		if msgs == nil { // sized once, for a full batch: growing them cost a tenth of a drain's CPU
@@ -596,7 +596,8 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 		}
 		if c.rows != nil {
 			row.headers, row.traceParent = h, traceParent
-			c.rows[m.Seq] = row
+			row.seq = m.Seq
+			c.rows = append(c.rows, row)
 		}
 		msgs, headers = append(msgs, m), append(headers, h)
 	}
@@ -606,6 +607,7 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 	// Hand the messages to the sink in seq order, so each aggregate's are in write order.
 	if !slices.IsSortedFunc(msgs, func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) }) {
 		msgs, headers = sortBySeq(msgs, headers)
+		slices.SortFunc(c.rows, func(a, b claimedRow) int { return cmp.Compare(a.seq, b.seq) })
 	}
 	type aggKey struct{ typ, id string }
 	var cut map[aggKey]bool // ordered mode: aggregates with an undecodable row in this batch

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 // claimedRow is what delete-on-publish keeps of a claimed row, beyond its message, to
 // put it back whole when it is not published (unclaim_delete.sql needs every column).
 type claimedRow struct {
+	seq         int64
 	headers     []byte  // as stored (JSON text)
 	traceParent *string // as stored
 	attempts    int     // before the claim
@@ -72,7 +75,7 @@ func badMessages(bad []badRow) []outbox.Message {
 
 // deletedRowArgs returns unclaim_delete.sql's parameters: every column of each row as
 // it was claimed, then the outcome.
-func deletedRowArgs(back []outbox.Message, claimed map[int64]claimedRow, outcomes []string, errs []*string, delays []int64) []any {
+func deletedRowArgs(back []outbox.Message, claimed []claimedRow, outcomes []string, errs []*string, delays []int64) []any {
 	n := len(back)
 	var (
 		seqs, versions                                              = make([]int64, n), make([]int64, n)
@@ -85,7 +88,11 @@ func deletedRowArgs(back []outbox.Message, claimed map[int64]claimedRow, outcome
 		createdAt, availableAt                                      = make([]time.Time, n), make([]time.Time, n)
 	)
 	for i, m := range back {
-		c := claimed[m.Seq]
+		j, ok := slices.BinarySearchFunc(claimed, m.Seq, func(r claimedRow, seq int64) int { return cmp.Compare(r.seq, seq) })
+		if !ok {
+			panic(fmt.Sprintf("relay: no claimed row for event seq %d", m.Seq)) // every message came from a claimed row
+		}
+		c := claimed[j]
 		seqs[i], ids[i], aggTypes[i], aggIDs[i], versions[i] = m.Seq, m.ID, m.AggregateType, m.AggregateID, m.AggregateVersion
 		eventTypes[i], schemaVersions[i], topics[i], headers[i] = m.EventType, int32(m.SchemaVersion), m.Topic, string(c.headers) //nolint:gosec // from an int column
 		contentTypes[i], payloads[i], traceParents[i], payloadJSON[i] = m.ContentType, m.Payload, c.traceParent, c.payloadJSON
