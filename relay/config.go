@@ -65,10 +65,11 @@ type Config struct {
 	// MaxPerAggregate is, in ordered mode, the most events of one aggregate in a batch;
 	// they are handed to the sink in order. Default 10.
 	MaxPerAggregate int
-	// MaxBatchEvents is, in ordered mode, the most events in a batch: every head
-	// first, then every aggregate's next event, and so on, so the cut is fair and the
-	// relay's memory stays bounded whatever BatchSize × MaxPerAggregate. Default
-	// BatchSize × MaxPerAggregate, at most 10000; between 1 and 100000.
+	// MaxBatchEvents is, in ordered mode, the most events in a batch: a batch of n
+	// heads (at most MaxBatchEvents) holds at most MaxBatchEvents / n events of each
+	// aggregate (rounded down), so the cut is fair and the relay's memory stays bounded
+	// whatever BatchSize × MaxPerAggregate. Default BatchSize × MaxPerAggregate, at most
+	// 10000; between 1 and 100000.
 	MaxBatchEvents int
 	// BatchTimeout is the time budget of one batch: claim, publish and mark. A publish
 	// still running then is abandoned (its events are published again later). Default 30s.

@@ -109,12 +109,9 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	claim, unclaim := "claim_ordered", "unclaim_keep"
 	if c.Mode == Unordered {
 		claim = "claim_unordered"
-		if c.Retention.Mode == DeleteOnPublish {
-			claim = "claim_unordered_delete"
-		}
 	}
 	if c.Retention.Mode == DeleteOnPublish {
-		unclaim = "unclaim_delete"
+		claim, unclaim = claim+"_delete", "unclaim_delete"
 	}
 	// A claim transaction is idle while the sink publishes; past the batch's budget plus
 	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
@@ -546,11 +543,13 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 	// server's default JIT then spent 30-550 ms compiling every claim.
 	batch.Queue("SET LOCAL jit = off")
 	deleteOnPublish := r.cfg.Retention.Mode == DeleteOnPublish
-	headLimit, fullWalk, batchCap := 0, false, r.cfg.BatchSize
+	var heads headPlan
+	batchCap := r.cfg.BatchSize
 	if r.cfg.Mode == Ordered {
-		headLimit, fullWalk = r.heads.limit(scope, r.cfg.BatchSize)
+		// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
+		heads = r.heads.plan(scope, min(r.cfg.BatchSize, r.cfg.MaxBatchEvents), r.cfg.Partitions)
 		batchCap = r.cfg.MaxBatchEvents
-		batch.Queue(r.q.claim, scope, headLimit, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents, r.cfg.Partitions, deleteOnPublish)
+		batch.Queue(r.q.claim, scope, heads.limit, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents, r.cfg.Partitions, heads.discover)
 	} else {
 		batch.Queue(r.q.claim, r.cfg.BatchSize)
 	}
@@ -642,7 +641,7 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 	c.msgs = msgs[:n]
 	if r.cfg.Mode == Ordered {
 		// Each aggregate in the batch came with its head.
-		r.heads.observe(scope, headLimit, len(aggs), len(msgs), fullWalk)
+		r.heads.observe(scope, heads, len(aggs), len(msgs))
 	}
 	return c, nil
 }

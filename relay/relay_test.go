@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,43 +70,58 @@ func TestUnorderedNoDoubleClaim(t *testing.T) {
 	}
 }
 
-// MaxBatchEvents cuts an ordered batch fairly: every head first, then every aggregate's
-// next event, and so on; the relay's memory stays bounded whatever BatchSize ×
-// MaxPerAggregate.
+// MaxBatchEvents cuts an ordered batch fairly: each of n heads brings at most
+// MaxBatchEvents / n events of its aggregate; the relay's memory stays bounded whatever
+// BatchSize × MaxPerAggregate.
 func TestOrderedBatchCutByMaxBatchEvents(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	enqueue(t, pool, aggregates("m", 5), 10)
-	sink := newTestSink()
-	var (
-		mu    sync.Mutex
-		sizes []map[string]int // events per aggregate, per sink call
-	)
-	sink.onPublish = func(msgs []outbox.Message) {
-		per := map[string]int{}
-		for _, m := range msgs {
-			per[m.AggregateID]++
-		}
-		mu.Lock()
-		sizes = append(sizes, per)
-		mu.Unlock()
-	}
-	cfg := fastConfig()
-	cfg.BatchSize, cfg.MaxPerAggregate, cfg.MaxBatchEvents = 5, 10, 12
-	start(t, newRelay(t, pool, sink, cfg))
-	checkOrder(t, sink.waitFor(t, 20*time.Second, "all 50 events", func(m []outbox.Message) bool { return distinctIDs(m) == 50 }))
-	mu.Lock()
-	defer mu.Unlock()
-	first := sizes[0]
-	total := 0
-	for agg, n := range first {
-		total += n
-		if n < 2 || n > 3 {
-			t.Errorf("first batch held %d events of %s, want 2 or 3 (a fair cut of 12 over 5 aggregates)", n, agg)
-		}
-	}
-	if total != 12 || len(first) != 5 {
-		t.Fatalf("first batch: %d events over %d aggregates (%v), want 12 over 5", total, len(first), first)
+	for _, c := range []struct {
+		name                   string
+		maxBatchEvents, perAgg int // per aggregate, in the first batch
+		aggregatesInFirstBatch int
+	}{
+		{"12 over 5 heads", 12, 2, 5},
+		{"fewer than the heads", 3, 1, 3}, // the 3 oldest heads, alone
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			enqueue(t, pool, aggregates("m", 5), 10)
+			sink := newTestSink()
+			var (
+				mu    sync.Mutex
+				sizes []map[string]int // events per aggregate, per sink call
+			)
+			sink.onPublish = func(msgs []outbox.Message) {
+				per := map[string]int{}
+				for _, m := range msgs {
+					per[m.AggregateID]++
+				}
+				mu.Lock()
+				sizes = append(sizes, per)
+				mu.Unlock()
+			}
+			cfg := fastConfig()
+			cfg.BatchSize, cfg.MaxPerAggregate, cfg.MaxBatchEvents = 5, 10, c.maxBatchEvents
+			start(t, newRelay(t, pool, sink, cfg))
+			checkOrder(t, sink.waitFor(t, 20*time.Second, "all 50 events", func(m []outbox.Message) bool { return distinctIDs(m) == 50 }))
+			mu.Lock()
+			defer mu.Unlock()
+			first := sizes[0]
+			for agg, n := range first {
+				if n != c.perAgg {
+					t.Errorf("first batch held %d events of %s, want %d", n, agg, c.perAgg)
+				}
+			}
+			if len(first) != c.aggregatesInFirstBatch {
+				t.Fatalf("first batch: %v, want %d aggregates", first, c.aggregatesInFirstBatch)
+			}
+			for i := range c.aggregatesInFirstBatch { // the oldest heads: m0, m1, … were written first
+				if first[fmt.Sprintf("m%d", i)] == 0 {
+					t.Fatalf("first batch %v lacks m%d, one of the oldest heads", first, i)
+				}
+			}
+		})
 	}
 }
 

@@ -6,6 +6,7 @@ package sqlq
 import (
 	"embed"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -60,18 +61,34 @@ func Render(text, quotedSchema string) string {
 
 var cache sync.Map // "name\x00schema" -> rendered SQL
 
-// Query returns the named query from queries/<name>.sql rendered for quotedSchema.
-// It panics on an unknown name: the set of queries is fixed at compile time.
+// include is how a query takes in a part shared with others: {{include name}} stands for
+// the text of queries/<name>.sql.
+var include = regexp.MustCompile(`\{\{include ([a-z_]+)\}\}`)
+
+// Query returns the named query from queries/<name>.sql, with its includes expanded,
+// rendered for quotedSchema. It panics on an unknown name: the set of queries is fixed
+// at compile time.
 func Query(name, quotedSchema string) string {
 	key := name + "\x00" + quotedSchema
 	if s, ok := cache.Load(key); ok {
 		return s.(string)
 	}
-	b, err := files.ReadFile("queries/" + name + ".sql")
-	if err != nil {
-		panic(fmt.Sprintf("sqlq: unknown query %q", name))
-	}
-	s := Render(string(b), quotedSchema)
+	s := Render(text(name), quotedSchema)
 	cache.Store(key, s)
 	return s
+}
+
+// text returns queries/<name>.sql with its includes expanded (one level deep: a shared
+// part includes nothing).
+func text(name string) string {
+	read := func(name string) string {
+		b, err := files.ReadFile("queries/" + name + ".sql")
+		if err != nil {
+			panic(fmt.Sprintf("sqlq: unknown query %q", name))
+		}
+		return string(b)
+	}
+	return include.ReplaceAllStringFunc(read(name), func(m string) string {
+		return read(include.FindStringSubmatch(m)[1])
+	})
 }

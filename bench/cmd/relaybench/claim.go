@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
-	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -50,16 +51,22 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 	n, batch, mpa := b.o.claimRows, b.o.batch, b.o.maxPerAggregate
 	maxEvents := min(batch*mpa, 10000) // the relay's default MaxBatchEvents
 	ordered := func(show bool) claimQuery {
-		return claimQuery{"ordered claim", "claim_ordered", fmt.Sprintf("NULL, %d, %d, NULL, %d, 16, false", batch, mpa, maxEvents), show}
+		return claimQuery{"ordered claim", "claim_ordered", fmt.Sprintf("NULL, %d, %d, NULL, %d, 16, 0", batch, mpa, maxEvents), show}
 	}
 	unordered := claimQuery{"unordered claim", "claim_unordered", fmt.Sprint(batch), false}
 	orderedQuarter := claimQuery{ // relay partitions 0-3 of 16: relay 1 of 4
 		"ordered claim, 1 of 4 relays", "claim_ordered",
-		fmt.Sprintf("'{0,1,2,3}'::int[], %d, %d, NULL, %d, 16, false", batch, mpa, maxEvents), true,
+		fmt.Sprintf("'{0,1,2,3}'::int[], %d, %d, NULL, %d, 16, 0", batch, mpa, maxEvents), true,
+	}
+	// the same heads found by discovery (a loose index scan), as a relay with a head hint
+	// does every few claims, reading at most 2 × BatchSize × 4 aggregates (relay/heads.go)
+	orderedQuarterDiscovery := claimQuery{
+		"ordered claim, 1 of 4 relays, discovery", "claim_ordered",
+		fmt.Sprintf("'{0,1,2,3}'::int[], %d, %d, NULL, %d, 16, %d", batch, mpa, maxEvents, 2*batch*4), true,
 	}
 	orderedDelete := claimQuery{
-		"ordered claim, delete-on-publish", "claim_ordered",
-		fmt.Sprintf("NULL, %d, %d, NULL, %d, 16, true", batch, mpa, maxEvents), false,
+		"ordered claim, delete-on-publish", "claim_ordered_delete",
+		fmt.Sprintf("NULL, %d, %d, NULL, %d, 16, 0", batch, mpa, maxEvents), false,
 	}
 	exec := func(qs ...string) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
@@ -108,7 +115,7 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 		{
 			"d", fmt.Sprintf("the drain's backlog: %d pending rows over %d aggregates, VACUUM ANALYZE", b.o.events, b.o.aggregates),
 			steps(fill(b.o.events, false), exec("VACUUM ANALYZE outbox.events", "CHECKPOINT")),
-			[]claimQuery{ordered(true), orderedQuarter, orderedDelete, unordered, {"unordered claim, delete-on-publish", "claim_unordered_delete", fmt.Sprint(batch), false}},
+			[]claimQuery{ordered(true), orderedQuarter, orderedQuarterDiscovery, orderedDelete, unordered, {"unordered claim, delete-on-publish", "claim_unordered_delete", fmt.Sprint(batch), false}},
 		},
 	}
 
@@ -138,12 +145,12 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 
 // explain runs EXPLAIN (ANALYZE, BUFFERS) of q once per claimRuns entry.
 func (b *bench) explain(ctx context.Context, conn *pgx.Conn, scenario string, q claimQuery) ([]claimMeasure, error) {
-	text, err := os.ReadFile(filepath.Join(b.o.sqlDir, q.file+".sql"))
+	text, err := readSQL(b.o.sqlDir, q.file)
 	if err != nil {
 		return nil, fmt.Errorf("read the relay's SQL (run from bench/ or set -sqldir): %w", err)
 	}
 	args := q.args
-	if _, err := conn.Exec(ctx, "PREPARE q AS "+strings.ReplaceAll(string(text), "{{schema}}", `"outbox"`)); err != nil {
+	if _, err := conn.Exec(ctx, "PREPARE q AS "+strings.ReplaceAll(text, "{{schema}}", `"outbox"`)); err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", q.file, err)
 	}
 	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE q") }()
@@ -200,4 +207,30 @@ func (b *bench) claimReport(scenarios string, all []claimMeasure) partReport {
 		p("\n<details><summary>Plan: (%s) %s, %s</summary>\n\n```\n%s\n```\n</details>\n", m.scenario, m.query, m.run, strings.Join(m.plan, "\n"))
 	}
 	return partReport{md: md.String()}
+}
+
+// sqlInclude is the relay's include directive (internal/sqlq): {{include name}} stands for
+// the text of <name>.sql.
+var sqlInclude = regexp.MustCompile(`\{\{include ([a-z_]+)\}\}`)
+
+// readSQL reads the relay's query name from dir, as the relay renders it (includes
+// expanded, schema not yet substituted).
+func readSQL(dir, name string) (string, error) {
+	fsys := os.DirFS(dir) // reads stay inside dir
+	read := func(name string) (string, error) {
+		b, err := fs.ReadFile(fsys, name+".sql")
+		return string(b), err
+	}
+	text, err := read(name)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range sqlInclude.FindAllStringSubmatch(text, -1) {
+		part, err := read(m[1])
+		if err != nil {
+			return "", err
+		}
+		text = strings.ReplaceAll(text, m[0], part)
+	}
+	return text, nil
 }
