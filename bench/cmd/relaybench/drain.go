@@ -242,41 +242,55 @@ type drainRetention struct {
 func eps(events int, d time.Duration) float64 { return float64(events) / d.Seconds() }
 
 func (b *bench) drain(ctx context.Context) (partReport, error) {
-	var all []drainRetention
-	for i, ret := range b.o.retentions {
-		dr := drainRetention{mode: ret}
-		deleted := ret == relay.DeleteOnPublish
-		for _, batch := range b.o.limitBatches {
-			for _, workers := range b.o.limitWorkers {
-				d, err := b.limitDrain(ctx, deleted, batch, workers)
-				if err != nil {
-					return partReport{}, fmt.Errorf("%s limit, batch %d, %d loops: %w", ret, batch, workers, err)
-				}
-				t := limitTrial{batch, workers, d}
-				dr.limits = append(dr.limits, t)
-				if dr.best.elapsed == 0 || d < dr.best.elapsed {
-					dr.best = t
-				}
-				fmt.Fprintf(os.Stderr, "%-17s limit batch %4d, %d loops: %8.0f events/s\n", ret, batch, workers, eps(b.o.events, d))
-			}
-		}
-		shapes := b.drainShapes()
-		if i == 0 && slices.Contains(b.o.modes, relay.Ordered) {
-			shapes = append(shapes, b.sweepShapes()...)
-		}
-		for _, s := range shapes {
-			res, err := b.relayDrain(ctx, s, ret, b.o.events, sinkMem, 0)
+	var rounds [][]drainRetention
+	for round := range max(1, b.o.drainRounds) {
+		var all []drainRetention
+		for i, ret := range b.o.retentions {
+			dr, err := b.drainOnce(ctx, ret, round == 0 && i == 0)
 			if err != nil {
-				return partReport{}, fmt.Errorf("%s, %s: %w", ret, s, err)
+				return partReport{}, err
 			}
-			dr.relays = append(dr.relays, drainRun{s, res})
-			fmt.Fprintf(os.Stderr, "%-17s %-60s %8.0f events/s (%.0f%% of the limit), peak RSS %d MiB, %d batches, relay CPU %.0f%% of one core\n", ret, s,
-				eps(b.o.events, res.Elapsed), 100*dr.best.elapsed.Seconds()/res.Elapsed.Seconds(), res.PeakRSSKiB>>10, res.Stats.Batches,
-				100*res.CPU.Seconds()/res.Elapsed.Seconds())
+			all = append(all, dr)
 		}
-		all = append(all, dr)
+		rounds = append(rounds, all)
 	}
-	return b.drainReport(all), nil
+	return b.drainReport(rounds), nil
+}
+
+// drainOnce measures the limit and then every relay shape in retention mode ret; with
+// sweep, the other ordered settings too.
+func (b *bench) drainOnce(ctx context.Context, ret relay.RetentionMode, sweep bool) (drainRetention, error) {
+	dr := drainRetention{mode: ret}
+	deleted := ret == relay.DeleteOnPublish
+	for _, batch := range b.o.limitBatches {
+		for _, workers := range b.o.limitWorkers {
+			d, err := b.limitDrain(ctx, deleted, batch, workers)
+			if err != nil {
+				return dr, fmt.Errorf("%s limit, batch %d, %d loops: %w", ret, batch, workers, err)
+			}
+			t := limitTrial{batch, workers, d}
+			dr.limits = append(dr.limits, t)
+			if dr.best.elapsed == 0 || d < dr.best.elapsed {
+				dr.best = t
+			}
+			fmt.Fprintf(os.Stderr, "%-17s limit batch %4d, %d loops: %8.0f events/s\n", ret, batch, workers, eps(b.o.events, d))
+		}
+	}
+	shapes := b.drainShapes()
+	if sweep && slices.Contains(b.o.modes, relay.Ordered) {
+		shapes = append(shapes, b.sweepShapes()...)
+	}
+	for _, s := range shapes {
+		res, err := b.relayDrain(ctx, s, ret, b.o.events, sinkMem, 0)
+		if err != nil {
+			return dr, fmt.Errorf("%s, %s: %w", ret, s, err)
+		}
+		dr.relays = append(dr.relays, drainRun{s, res})
+		fmt.Fprintf(os.Stderr, "%-17s %-60s %8.0f events/s (%.0f%% of the limit), peak RSS %d MiB, %d batches, relay CPU %.0f%% of one core\n", ret, s,
+			eps(b.o.events, res.Elapsed), 100*dr.best.elapsed.Seconds()/res.Elapsed.Seconds(), res.PeakRSSKiB>>10, res.Stats.Batches,
+			100*res.CPU.Seconds()/res.Elapsed.Seconds())
+	}
+	return dr, nil
 }
 
 // sweepShapes are the other ordered settings tried (1 and 4 instances each), and every
@@ -296,7 +310,7 @@ func (b *bench) sweepShapes() []relayShape {
 	return out
 }
 
-func (b *bench) drainReport(all []drainRetention) partReport {
+func (b *bench) drainReport(rounds [][]drainRetention) partReport {
 	var md strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&md, format, args...) }
 	p("### Drain vs the plain-SQL limit\n\n")
@@ -308,21 +322,33 @@ func (b *bench) drainReport(all []drainRetention) partReport {
 	p("No per-aggregate order violation was seen in ordered runs (checked by the sink). ")
 	p("The limit is the best of %s rows per statement × %s concurrent loops of one autocommit statement, ", joinInts(b.o.limitBatches, "/"), joinInts(b.o.limitWorkers, "/"))
 	p("`UPDATE … SET published_at = now()` (keep modes) or `DELETE` (delete-on-publish) `WHERE seq IN (SELECT seq … WHERE published_at IS NULL AND dead_at IS NULL ORDER BY seq LIMIT n FOR UPDATE SKIP LOCKED) RETURNING` the columns a relay reads, ")
-	p("on the same table, indexes and fill. Peak RSS is the relay child's VmHWM; relay CPU is the child's user and system CPU time over the drain time (100%% = one core of %d).\n\n", runtime.NumCPU())
-	header := "| retention | configuration | events/s | drain time | relay/limit | peak RSS | relay CPU | batches |\n|---|---|---:|---:|---:|---:|---:|---:|\n"
-	p("%s", header)
+	p("on the same table, indexes and fill. Peak RSS is the relay child's VmHWM; relay CPU is the child's user and system CPU time over the drain time (100%% = one core of %d). ", runtime.NumCPU())
+	p("The main table was measured in %d rounds, one after the other; each round measures the limit and then every relay again, per retention mode, ", len(rounds))
+	p("and each relay's ratio is to its own round's limit. The table shows median events/s, every round's ratio and their median, on which the targets are judged ")
+	p("(on this machine one drain's ratio swings 10–20 points from run to run).\n\n")
+	p("| retention | configuration | events/s (median) | relay/limit, each round | relay/limit (median) | peak RSS (max) | relay CPU (median) | batches |\n|---|---|---:|---|---:|---:|---:|---:|\n")
 	var targets []string
 	main := len(b.drainShapes())
-	row := func(dr drainRetention, r drainRun) float64 {
-		ratio := eps(b.o.events, r.res.Elapsed) / eps(b.o.events, dr.best.elapsed)
-		p("| %s | %s | %.0f | %.2f s | %.2f | %d MiB | %.0f%% | %d |\n", dr.mode, r.shape, eps(b.o.events, r.res.Elapsed), r.res.Elapsed.Seconds(), ratio, r.res.PeakRSSKiB>>10,
-			100*r.res.CPU.Seconds()/r.res.Elapsed.Seconds(), r.res.Stats.Batches)
-		return ratio
-	}
-	for _, dr := range all {
-		p("| %s | plain-SQL limit (%d rows, %d loops) | %.0f | %.2f s | 1.00 | | | |\n", dr.mode, dr.best.batch, dr.best.workers, eps(b.o.events, dr.best.elapsed), dr.best.elapsed.Seconds())
-		for _, r := range dr.relays[:main] {
-			ratio := row(dr, r)
+	first := rounds[0]
+	for i, dr := range first {
+		var limitEPS []float64
+		for _, all := range rounds {
+			limitEPS = append(limitEPS, eps(b.o.events, all[i].best.elapsed))
+		}
+		p("| %s | plain-SQL limit (the best trial of each round) | %.0f | %s events/s | 1.00 | | | |\n", dr.mode, benchreport.Median(limitEPS), joinFloats(limitEPS, "%.0f"))
+		for j, r := range dr.relays[:main] {
+			var rates, ratios, cpus []float64
+			var rss int64
+			for _, all := range rounds {
+				run, lim := all[i].relays[j], all[i].best
+				rates = append(rates, eps(b.o.events, run.res.Elapsed))
+				ratios = append(ratios, lim.elapsed.Seconds()/run.res.Elapsed.Seconds())
+				cpus = append(cpus, 100*run.res.CPU.Seconds()/run.res.Elapsed.Seconds())
+				rss = max(rss, run.res.PeakRSSKiB)
+			}
+			ratio := benchreport.Median(ratios)
+			p("| %s | %s | %.0f | %s | **%.2f** | %d MiB | %.0f%% | %d |\n", dr.mode, r.shape, benchreport.Median(rates), joinFloats(ratios, "%.2f"), ratio, rss>>10,
+				benchreport.Median(cpus), r.res.Stats.Batches)
 			want := 0.0
 			switch {
 			case r.shape.mode == relay.Unordered && r.shape.concurrency == 0: // the default; the others are diagnostics
@@ -331,28 +357,40 @@ func (b *bench) drainReport(all []drainRetention) partReport {
 				want = targetOrdered4
 			}
 			if want > 0 {
-				targets = append(targets, fmt.Sprintf("Drain, %s, %s ≥ %.0f%% of the limit: %s — %.0f%%.", dr.mode, r.shape, want*100, benchreport.Met(ratio >= want), ratio*100))
+				targets = append(targets, fmt.Sprintf("Drain, %s, %s ≥ %.0f%% of the limit (median of %d rounds): %s — %.0f%%.", dr.mode, r.shape, want*100, len(rounds), benchreport.Met(ratio >= want), ratio*100))
 			}
 		}
 	}
-	if len(all) > 0 && len(all[0].relays) > main {
-		dr := all[0]
-		p("\nOther ordered settings, and every ordered setting with `jit = off` in the relays' sessions (a diagnostic: the server default is jit = on; %s, same limit):\n\n", dr.mode)
-		p("%s", header)
+	if len(first) > 0 && len(first[0].relays) > main {
+		dr := first[0]
+		p("\nOther ordered settings, and every ordered setting with `jit = off` in the relays' sessions (a diagnostic: the server default is jit = on; %s, first round only, against that round's limit):\n\n", dr.mode)
+		p("| retention | configuration | events/s | drain time | relay/limit | peak RSS | relay CPU | batches |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range dr.relays[main:] {
-			ratio := row(dr, r)
+			ratio := eps(b.o.events, r.res.Elapsed) / eps(b.o.events, dr.best.elapsed)
+			p("| %s | %s | %.0f | %.2f s | %.2f | %d MiB | %.0f%% | %d |\n", dr.mode, r.shape, eps(b.o.events, r.res.Elapsed), r.res.Elapsed.Seconds(), ratio, r.res.PeakRSSKiB>>10,
+				100*r.res.CPU.Seconds()/r.res.Elapsed.Seconds(), r.res.Stats.Batches)
 			if r.shape.instances == drainInstancesHi && !r.shape.jitOff {
-				targets = append(targets, fmt.Sprintf("Drain, %s, %s ≥ %.0f%% of the limit (other setting): %s — %.0f%%.", dr.mode, r.shape, targetOrdered4*100, benchreport.Met(ratio >= targetOrdered4), ratio*100))
+				targets = append(targets, fmt.Sprintf("Drain, %s, %s ≥ %.0f%% of the limit (other setting, one round): %s — %.0f%%.", dr.mode, r.shape, targetOrdered4*100, benchreport.Met(ratio >= targetOrdered4), ratio*100))
 			}
 		}
 	}
-	p("\nEvery limit trial (events/s):\n\n| retention | rows per statement | loops | events/s |\n|---|---:|---:|---:|\n")
-	for _, dr := range all {
-		for _, t := range dr.limits {
-			p("| %s | %d | %d | %.0f |\n", dr.mode, t.batch, t.workers, eps(b.o.events, t.elapsed))
+	p("\nEvery limit trial (events/s):\n\n| round | retention | rows per statement | loops | events/s |\n|---:|---|---:|---:|---:|\n")
+	for k, all := range rounds {
+		for _, dr := range all {
+			for _, t := range dr.limits {
+				p("| %d | %s | %d | %d | %.0f |\n", k+1, dr.mode, t.batch, t.workers, eps(b.o.events, t.elapsed))
+			}
 		}
 	}
 	return partReport{md: md.String(), targets: targets}
+}
+
+func joinFloats(xs []float64, format string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(s, " ")
 }
 
 func joinInts(xs []int, sep string) string {

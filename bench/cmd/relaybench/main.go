@@ -47,6 +47,7 @@ type options struct {
 	limitBatches, limitWorkers                 []int
 	retentions                                 []relay.RetentionMode
 	orderedSweep                               [][2]int     // BatchSize, MaxPerAggregate
+	drainRounds                                int          // rounds of the main drain table (limit and relays each round)
 	modes                                      []relay.Mode // drain: relay modes of the main table
 
 	scaleEvents  int
@@ -81,6 +82,7 @@ func main() {
 	sweep := flag.String("ordered-sweep", "100x10,100x50", "drain: other ordered settings (BatchSize x MaxPerAggregate) tried in the first retention mode")
 	flag.StringVar(&limitBatches, "limit-batches", "100,1000", "drain: batch sizes tried for the plain-SQL limit")
 	flag.StringVar(&limitWorkers, "limit-workers", "1,4", "drain: concurrent loops tried for the plain-SQL limit")
+	flag.IntVar(&o.drainRounds, "drain-rounds", 3, "drain: rounds of the main table, each measuring the limit and every relay again; ratios are judged on their median (this machine's drain figures swing 10-20 points between runs)")
 	flag.IntVar(&o.scaleEvents, "scale-events", 20_000, "scale: events in the backlog")
 	flag.DurationVar(&o.scaleLatency, "scale-latency", time.Millisecond, "scale: sink latency per message")
 	flag.StringVar(&rates, "rates", "500,2000", "latency: steady producer rates, events/s")
