@@ -53,15 +53,17 @@ WITH RECURSIVE aggregates AS (
         ORDER BY p.aggregate_type, p.aggregate_id, p.seq
         LIMIT 1) n
 ), heads AS MATERIALIZED (
-  (SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id,
-      -- the first later dead event that holds the aggregate, if any: its followers stop
-      -- there (one probe of events_held per head, not one per follower)
-      CASE WHEN NOT h.aggregate_type = ANY(coalesce($4::text[], '{}')) THEN (
-          SELECT d.seq FROM {{schema}}.events d
-          WHERE d.aggregate_type = h.aggregate_type AND d.aggregate_id = h.aggregate_id
-            AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > h.seq
-          ORDER BY d.aggregate_type, d.aggregate_id, d.seq
-          LIMIT 1) END AS hold
+SELECT c.*,
+    -- the first later dead event that holds the aggregate, if any: its followers stop
+    -- there (one probe of events_held per head, not one per follower)
+    CASE WHEN NOT c.aggregate_type = ANY(coalesce($4::text[], '{}')) THEN (
+        SELECT d.seq FROM {{schema}}.events d
+        WHERE d.aggregate_type = c.aggregate_type AND d.aggregate_id = c.aggregate_id
+          AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > c.seq
+        ORDER BY d.aggregate_type, d.aggregate_id, d.seq
+        LIMIT 1) END AS hold
+FROM (
+  (SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id
     FROM {{schema}}.events h
     WHERE h.published_at IS NULL AND h.dead_at IS NULL
       AND h.available_at <= now()
@@ -86,15 +88,7 @@ WITH RECURSIVE aggregates AS (
     ORDER BY h.seq
     LIMIT $2)
   UNION ALL
-  (SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id,
-      -- the first later dead event that holds the aggregate, if any: its followers stop
-      -- there (one probe of events_held per head, not one per follower)
-      CASE WHEN NOT h.aggregate_type = ANY(coalesce($4::text[], '{}')) THEN (
-          SELECT d.seq FROM {{schema}}.events d
-          WHERE d.aggregate_type = h.aggregate_type AND d.aggregate_id = h.aggregate_id
-            AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > h.seq
-          ORDER BY d.aggregate_type, d.aggregate_id, d.seq
-          LIMIT 1) END
+  (SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id
     FROM (SELECT * FROM aggregates LIMIT $7) h
     WHERE $7::int > 0
       AND h.available_at <= now()
@@ -107,6 +101,7 @@ WITH RECURSIVE aggregates AS (
           LIMIT 1) IS NULL)
     ORDER BY h.seq
     LIMIT $2)
+) c
 ), picked AS MATERIALIZED (
     SELECT seq, ctid, seq AS head, true AS ready FROM heads
     UNION ALL
