@@ -19,7 +19,7 @@ const fullWalkEvery = 8
 // Every fullWalkEvery-th claim asks for BatchSize again, so an aggregate that appears
 // later (its rows are newer, at the end of the walk) waits at most that many claims. That
 // claim does not walk the backlog: it discovers the heads by a loose index scan, one index
-// descent per aggregate with a pending row (claim_ordered.sql), which is what a hint says
+// descent per aggregate with a pending row (claim_ordered_pick.sql), which is what a hint says
 // is cheap: few aggregates, each with a backlog. At 200k pending rows over 1,000
 // aggregates, a quarter of them in scope, the walk took 540 ms and discovery 115 ms (both
 // claiming 2,540 rows). The first claim in a scope (after start, or when the relay's
@@ -28,10 +28,11 @@ const fullWalkEvery = 8
 // whole backlog left by an outage, or written while the relay was idle (four relays
 // each walking a fresh backlog of 200k rows took 2 s over that claim).
 //
-// Discovery reads at most discoverPerHead aggregates per head asked for (times the share
-// of partitions out of scope): with many aggregates, it finds its heads among the first
-// ones in key order, which are not the oldest; later claims walk, and a walk takes the
-// oldest heads first, so no aggregate waits for ever, and no claim costs more than the cap.
+// Discovery reads at most discoverPerHead aggregates per head asked for (times
+// partitions / partitions in scope): with many aggregates, it finds its heads among the
+// first ones in key order, which are not the oldest; later claims walk, and a walk takes
+// the oldest heads first, so no aggregate waits for ever, and no discovery reads more
+// than the cap.
 //
 // The hint is taken only from a deep walk: one whose batch holds at least twice as many
 // events as heads, i.e. aggregates with a backlog behind their heads, which is what makes
@@ -46,7 +47,7 @@ type headHint struct {
 }
 
 // discoverPerHead is how many aggregates a discovery claim reads per head it asks for,
-// times the share of relay partitions not in scope (with 4 relays, each reads up to
+// times partitions / partitions in scope (with 4 relays, each reads up to
 // 4 × discoverPerHead aggregates per head: the others' aggregates are in the same index).
 const discoverPerHead = 2
 
