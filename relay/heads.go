@@ -5,9 +5,9 @@ import (
 	"sync"
 )
 
-// fullWalkEvery is how often (in claims of one scope) an ordered claim looks for the full
+// fullClaimEvery is how often (in claims of one scope) an ordered claim looks for the full
 // BatchSize heads while a head hint is in force.
-const fullWalkEvery = 8
+const fullClaimEvery = 8
 
 // headHint keeps an ordered relay from walking its whole backlog on every claim when it
 // owns fewer aggregates than BatchSize. The claim walks pending rows in seq order until it
@@ -16,7 +16,7 @@ const fullWalkEvery = 8
 // scope, so the next claims ask for that many heads only and stop where the last of them
 // is found.
 //
-// Every fullWalkEvery-th claim asks for BatchSize again, so an aggregate that appears
+// Every fullClaimEvery-th claim asks for BatchSize again, so an aggregate that appears
 // later (its rows are newer, at the end of the walk) waits at most that many claims. That
 // claim does not walk the backlog: it discovers the heads by a loose index scan, one index
 // descent per aggregate with a pending row (claim_ordered_pick.sql), which is what a hint says
@@ -65,7 +65,7 @@ func (h *headHint) plan(scope []int, batchSize, partitions int) headPlan {
 	defer h.mu.Unlock()
 	newScope := h.scope != fmt.Sprint(scope)
 	switch {
-	case newScope || h.heads > 0 && h.claims+1 >= fullWalkEvery:
+	case newScope || h.heads > 0 && h.claims+1 >= fullClaimEvery:
 		share := 1
 		if len(scope) > 0 {
 			share = max(1, partitions/len(scope))
@@ -93,7 +93,7 @@ func (h *headHint) observe(scope []int, p headPlan, found, events int) {
 		h.scope, h.claims = fmt.Sprint(scope), 0
 	}
 	switch {
-	case found < p.limit && found > 0 && events >= 2*found:
+	case found < p.limit && events >= 2*found:
 		h.heads = found // a deep walk ran out of rows: there are no more heads than this
 	case p.full || found < p.limit:
 		h.heads = 0

@@ -17,7 +17,7 @@ func TestHeadHint(t *testing.T) {
 		t.Fatalf("no hint: %+v, want %+v", p, full)
 	}
 	h.observe(scope, full, 7, 70) // a deep walk ran out at 7 heads
-	for i := 1; i < fullWalkEvery; i++ {
+	for i := 1; i < fullClaimEvery; i++ {
 		p := h.plan(scope, 100, partitions)
 		if p != (headPlan{limit: 7}) {
 			t.Fatalf("claim %d: %+v, want a walk for 7 heads", i, p)
@@ -26,7 +26,7 @@ func TestHeadHint(t *testing.T) {
 	}
 	p := h.plan(scope, 100, partitions)
 	if p != discover {
-		t.Fatalf("after %d claims: %+v, want %+v", fullWalkEvery, p, discover)
+		t.Fatalf("after %d claims: %+v, want %+v", fullClaimEvery, p, discover)
 	}
 	h.observe(scope, p, 100, 1000) // enough heads now: no hint
 	if p := h.plan(scope, 100, partitions); p != full {

@@ -155,7 +155,7 @@ func TestLateAggregateNotStarvedByHeadHint(t *testing.T) {
 		}
 		before++
 	}
-	// The first batch, then at most 8 claims (relay.fullWalkEvery) of 10 events each.
+	// The first batch, then at most 8 claims (relay.fullClaimEvery) of 10 events each.
 	if before > 10+8*10 {
 		t.Fatalf("the late aggregate waited for %d events of the others", before)
 	}
