@@ -156,7 +156,7 @@ func (n *Notifier) Close() {
 }
 
 // loop sends one notification per request, then waits out the coalescing window, in
-// which requests pile up into one: at most one notification per minInterval. A request
+// which requests pile up into one: sends start at least minInterval apart. A request
 // taken from the channel is always followed by a notification started after it, so the
 // last commit of a burst is always followed by one.
 func (n *Notifier) loop() {
@@ -177,8 +177,11 @@ func (n *Notifier) loop() {
 			n.flush(&failing)
 			return
 		}
-		n.send(&failing)
+		// The window opens as the send starts, not when it returns: a commit made
+		// during a send then waits out what is left of the window, not a whole one
+		// after the round trip.
 		window.Reset(n.minInterval)
+		n.send(&failing)
 		select {
 		case <-window.C:
 		case <-n.closing:

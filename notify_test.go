@@ -171,6 +171,31 @@ func TestNotifierRateLimited(t *testing.T) {
 	}
 }
 
+// The coalescing window opens when a send starts: a request made during a send that
+// outlasts the window goes out as soon as that send returns, not a whole window later.
+func TestNotifierWindowOpensWhenTheSendStarts(t *testing.T) {
+	t.Parallel()
+	db := newFakeExec()
+	db.block = make(chan struct{})
+	const minInterval = 300 * time.Millisecond
+	n := newTestNotifier(t, db, &outbox.NotifierConfig{MinInterval: minInterval})
+	ctx := context.Background()
+
+	n.AfterCommit(ctx)
+	first := db.waitCalls(t, 1)[0]
+	n.AfterCommit(ctx) // during the send: pending
+	time.Sleep(time.Until(first.at.Add(minInterval + 100*time.Millisecond)))
+	released := time.Now()
+	close(db.block) // the send returns after the window has passed
+	second := db.waitCalls(t, 2)[1]
+	if wait := second.at.Sub(released); wait >= minInterval {
+		t.Fatalf("second notify %s after the first returned; want at once (the window of %s opened when the first started)", wait, minInterval)
+	}
+	if gap := second.at.Sub(first.at); gap < minInterval {
+		t.Fatalf("notifies only %s apart; MinInterval is %s", gap, minInterval)
+	}
+}
+
 // logRecorder is a slog handler keeping messages by level.
 type logRecorder struct {
 	mu   sync.Mutex
