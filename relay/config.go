@@ -91,11 +91,14 @@ type Config struct {
 	Wakeup Wakeup
 	// Concurrency is the number of batches in flight at once, each holding a pool
 	// connection while its sink publishes; at most the pool's MaxConns. Default in
-	// Unordered mode: 2, or 1 on a pool of fewer than 4 connections (half the pool stays
-	// free for retention and for a sink or an application sharing it). One batch at a
-	// time drains at most what one SQL loop can; many claims at once on a small server
-	// lose more to SKIP LOCKED walking past each other's rows than they gain: count every
-	// instance's batches (bench/RESULTS.md). In Ordered mode: 1 — a relay's batches would
+	// Unordered mode: 2 among all the relays of the schema, at least 1 each — a relay
+	// alone runs 2 batches at once, relays that find others alive (they announce
+	// themselves in relay_members every LeaseTTL/3) run 1 each; and 1 on a pool of
+	// fewer than 4 connections (half the pool stays free for retention and for a sink or
+	// an application sharing it). One batch at a time drains at most what one SQL loop
+	// can; many claims at once on a small server lose more to SKIP LOCKED walking past
+	// each other's rows than they gain (bench/RESULTS.md). A Concurrency you set is per
+	// relay, whatever the other relays. In Ordered mode: 1 — a relay's batches would
 	// compete for the same heads; to publish ordered batches in parallel from one process,
 	// run several relays on the pool: they share the partitions by lease.
 	Concurrency int

@@ -9,18 +9,33 @@ import (
 	"github.com/outboxkit/outbox/relay"
 )
 
-// An idle relay with the default settings (ordered, leases, LISTEN wake-ups) costs at
-// most 1 query per second, and still wakes within milliseconds of a notified commit.
+// An idle relay with the default settings (ordered, leases, LISTEN wake-ups; and
+// unordered, whose two workers share the membership heartbeat) costs at most 1 query per
+// second, and still wakes within milliseconds of a notified commit.
 func TestIdleRelayCostsAtMostOneQueryPerSecond(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			idleRelayCost(t, mode)
+		})
+	}
+}
+
+func idleRelayCost(t *testing.T, mode relay.Mode) {
 	connString := pgtest.ConnString(t, nil)
 	pool := pgtest.PoolFor(t, connString)
 	relayPool, queries := countedPool(t, connString)
 	sink := newTestSink()
-	r := newRelay(t, relayPool, sink, &relay.Config{})
+	r := newRelay(t, relayPool, sink, &relay.Config{Mode: mode})
 	start(t, r)
-	// Settle in: leases taken, listener self-tested.
-	waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+	// Settle in: leases taken (ordered) or membership announced (unordered), listener
+	// self-tested.
+	if mode == relay.Ordered {
+		waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+	} else {
+		waitSQL(t, pool, 20*time.Second, 1, `SELECT count(*) FROM outbox.relay_members WHERE owner = $1`, r.Owner())
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for !r.Stats().WakeupListening && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) //nolint:forbidigo // polling a flag with a deadline

@@ -58,6 +58,12 @@ type Relay struct {
 	q          queries
 	iitTimeout string
 	heads      headHint // ordered mode
+
+	// shareWorkers: Unordered mode with Concurrency unset, so the relays of the schema
+	// share the default batches in flight (sharedWorkers). workers is how many of the
+	// Concurrency workers run batches now; the others wait.
+	shareWorkers bool
+	workers      atomic.Int32
 }
 
 // queries holds the relay's SQL rendered for its schema.
@@ -94,7 +100,8 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 		return nil, err
 	}
 	maxConns := int(pool.Config().MaxConns)
-	if c.Mode == Unordered && (cfg == nil || cfg.Concurrency == 0) {
+	shareWorkers := c.Mode == Unordered && (cfg == nil || cfg.Concurrency == 0)
+	if shareWorkers {
 		c.Concurrency = min(2, max(1, maxConns/2))
 	}
 	if c.Concurrency > maxConns {
@@ -129,7 +136,9 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 		wakeupChannel: outbox.WakeupChannel(c.Schema),
 		q:             newQueries(quoted, claim, unclaim),
 		iitTimeout:    fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds()),
+		shareWorkers:  shareWorkers && c.Concurrency > 1,
 	}
+	r.workers.Store(int32(c.Concurrency))
 	if c.Wakeup == WakeupListen {
 		r.listener = newListener(pool, c.Schema, r.Wake, r.notified, r.log)
 	}
@@ -175,12 +184,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	// Leases outlive the workers: they are released only after in-flight batches settle.
 	leaseCtx, leaseCancel := context.WithCancel(context.WithoutCancel(ctx))
 	var leaseWG sync.WaitGroup
-	if r.cfg.Mode == Ordered {
+	if r.cfg.Mode == Ordered || r.shareWorkers {
 		leaseWG.Go(func() { r.leaseLoop(leaseCtx) })
 	}
-	for range r.cfg.Concurrency {
+	for worker := range r.cfg.Concurrency {
 		wg.Go(func() {
-			if err := r.work(fail, hard); err != nil {
+			if err := r.work(fail, hard, worker); err != nil {
 				errOnce.Do(func() { firstErr = err; failCancel() })
 			}
 		})
@@ -225,11 +234,21 @@ func (r *Relay) checkConfig(ctx context.Context) error {
 	return nil
 }
 
-// work runs batches until ctx is done. Batches use hard, so one in flight when ctx is
-// cancelled can still finish.
-func (r *Relay) work(ctx, hard context.Context) error {
+// work runs batches, as worker number worker, until ctx is done. Batches use hard, so
+// one in flight when ctx is cancelled can still finish.
+func (r *Relay) work(ctx, hard context.Context, worker int) error {
 	probe := false // idle and not woken: ask cheaply before claiming
+	woken := false // the last idle wait ended on a wake-up
 	for ctx.Err() == nil {
+		if worker >= int(r.workers.Load()) { // other relays share the default: wait
+			if woken { // it went idle before it had to wait: pass the wake-up on
+				signal(r.wake)
+			}
+			woken = false
+			r.sleep(ctx, r.cfg.LeaseTTL/3, false)
+			continue
+		}
+		woken = false
 		if ok, wait := r.breaker.acquire(time.Now()); !ok {
 			r.sleep(ctx, wait, false)
 			continue
@@ -238,7 +257,8 @@ func (r *Relay) work(ctx, hard context.Context) error {
 			ready, err := r.workReady(hard)
 			if err == nil && !ready {
 				r.breaker.inconclusive()
-				probe = !r.sleep(ctx, r.idleWait(), true)
+				woken = r.sleep(ctx, r.idleWait(), true)
+				probe = !woken
 				continue
 			}
 		}
@@ -257,7 +277,8 @@ func (r *Relay) work(ctx, hard context.Context) error {
 			probe = false
 		case res.claimed == 0:
 			r.breaker.inconclusive()
-			probe = !r.sleep(ctx, r.idleWait(), true)
+			woken = r.sleep(ctx, r.idleWait(), true)
+			probe = !woken
 		default:
 			probe = false
 		}
@@ -445,7 +466,7 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	// Work found: bring an idle peer in to claim the next batch while this one is
 	// published, so one wake-up (a notification, Wake) sets every worker to a backlog,
 	// not just the one it reached.
-	if r.cfg.Concurrency > 1 {
+	if r.workers.Load() > 1 {
 		signal(r.wake)
 	}
 	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {

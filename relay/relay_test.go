@@ -218,6 +218,89 @@ func TestOneWakeUpSetsEveryWorkerToWork(t *testing.T) {
 	}
 }
 
+// With Concurrency unset, unordered relays share the default of two batches in flight:
+// a relay alone runs two at once, two relays run one each, and the one left runs two
+// again once the other has stopped. Nothing is lost on the way.
+func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
+	t.Parallel()
+	connString := pgtest.ConnString(t, nil)
+	pool := pgtest.PoolFor(t, connString)
+	type gauge struct{ inFlight, most atomic.Int32 }
+	newSink := func(g *gauge) *testSink {
+		s := newTestSink()
+		s.onPublish = func([]outbox.Message) {
+			n := g.inFlight.Add(1)
+			defer g.inFlight.Add(-1)
+			for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
+			}
+			time.Sleep(20 * time.Millisecond) //nolint:forbidigo // a slow sink, so batches overlap
+		}
+		return s
+	}
+	waitMost := func(g *gauge, want int32, what string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for g.most.Load() < want && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling a gauge with a deadline
+		}
+		if got := g.most.Load(); got != want {
+			t.Fatalf("%s: at most %d batches in flight, want %d", what, got, want)
+		}
+	}
+	cfg := fastConfig()
+	cfg.Mode, cfg.BatchSize = relay.Unordered, 5 // Concurrency unset: the shared default
+	// Only Wake brings an idle worker back: a wake-up taken by a worker that must wait
+	// now (it went idle while its relay was alone) has to reach the one that works.
+	cfg.Wakeup, cfg.PollInterval, cfg.LeaseTTL = relay.WakeupPoll, time.Hour, 600*time.Millisecond
+	var ga, gb gauge
+	sa, sb := newSink(&ga), newSink(&gb)
+
+	waitWorkers := func(r *relay.Relay, want int) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for r.Stats().Workers != want && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling a gauge with a deadline
+		}
+		if got := r.Stats().Workers; got != want {
+			t.Fatalf("Stats().Workers = %d, want %d", got, want)
+		}
+	}
+
+	enqueue(t, pool, aggregates("alone", 400), 1)
+	ra := newRelay(t, pgtest.PoolFor(t, connString), sa, cfg)
+	start(t, ra)
+	ra.Wake()
+	waitMost(&ga, 2, "one relay alone")
+	waitWorkers(ra, 2)
+
+	rb := newRelay(t, pgtest.PoolFor(t, connString), sb, cfg)
+	stopB := start(t, rb)
+	waitWorkers(ra, 1) // a heartbeat (every LeaseTTL/3) each: they count each other
+	waitWorkers(rb, 1)
+	time.Sleep(50 * time.Millisecond) //nolint:forbidigo // a second batch started before the count ends
+	ga.most.Store(0)
+	gb.most.Store(0) // the second relay may have run two before its first heartbeat
+	enqueue(t, pool, aggregates("pair", 1000), 1)
+	ra.Wake()
+	rb.Wake()
+	time.Sleep(time.Second) //nolint:forbidigo // both relays publish the backlog for a while
+	if a, b := ga.most.Load(), gb.most.Load(); a != 1 || b != 1 {
+		t.Fatalf("two relays: at most %d and %d batches in flight, want 1 each", a, b)
+	}
+
+	if err := stopB(); err != nil {
+		t.Fatalf("stop the second relay: %v", err)
+	}
+	ga.most.Store(0)
+	enqueue(t, pool, aggregates("left", 1000), 1)
+	ra.Wake()
+	waitMost(&ga, 2, "the relay left alone")
+	waitWorkers(ra, 2)
+	sa.waitFor(t, 30*time.Second, "every event", func(m []outbox.Message) bool {
+		return distinctIDs(append(m, sb.messages()...)) == 2400
+	})
+}
+
 // claimCounter counts the claim batches a pool sends (those that set the claim's jit
 // setting).
 type claimCounter struct{ n atomic.Int64 }

@@ -44,6 +44,10 @@ type Stats struct {
 	// passed its start-up self-test: wake-ups arrive. False while it starts, after it
 	// gave up (the relay then only polls), and with WakeupPoll.
 	WakeupListening bool
+	// Workers is how many batches the relay runs at once now: Config.Concurrency, or in
+	// Unordered mode with Concurrency unset its share of the default among the live
+	// relays of the schema.
+	Workers int
 }
 
 type counters struct {
@@ -68,5 +72,6 @@ func (r *Relay) Stats() Stats {
 		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
 		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(),
 		WakeupListening: r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
+		Workers:         int(r.workers.Load()),
 	}
 }

@@ -207,8 +207,10 @@ wait:
 	return nil
 }
 
-// waitReady waits until, in ordered mode, the relays hold every lease in equal shares
-// and, with WakeupListen, every listener passed its self-test.
+// waitReady waits until, in ordered mode, the relays hold every lease in equal shares;
+// in unordered mode with the default Concurrency, each runs its share of the default (2
+// batches among them all, at least 1 each: they have counted each other); and, with
+// WakeupListen, every listener passed its self-test.
 func waitReady(ctx context.Context, cfg childConfig, relays []*relay.Relay) error {
 	partitions := cfg.Relay.Partitions
 	if partitions == 0 {
@@ -223,6 +225,9 @@ func waitReady(ctx context.Context, cfg childConfig, relays []*relay.Relay) erro
 			if cfg.Relay.Mode != relay.Unordered && held != int64(partitions/len(relays)) {
 				ready = false
 			}
+			if cfg.Relay.Mode == relay.Unordered && cfg.Relay.Concurrency == 0 && st.Workers != max(1, 2/len(relays)) {
+				ready = false
+			}
 			if cfg.Relay.Wakeup != relay.WakeupPoll && !st.WakeupListening {
 				ready = false
 			}
@@ -231,7 +236,7 @@ func waitReady(ctx context.Context, cfg childConfig, relays []*relay.Relay) erro
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("relays not ready after 2 minutes (leases not shared out or listener not listening): %+v", sumStats(relays))
+			return fmt.Errorf("relays not ready after 2 minutes (leases or the default Concurrency not shared out, or listener not listening): %+v", sumStats(relays))
 		}
 		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("wait for relays to be ready: %w", err)

@@ -53,10 +53,10 @@ func (b *bench) drainShapes() []relayShape {
 			out = append(out, relayShape{mode: mode, instances: n, batchSize: b.o.batch, maxPerAggregate: b.o.maxPerAggregate})
 		}
 		if mode == relay.Unordered {
-			// One batch in flight per instance (the default runs several).
-			for _, n := range []int{1, drainInstancesHi} {
-				out = append(out, relayShape{mode: mode, instances: n, batchSize: b.o.batch, concurrency: 1})
-			}
+			// The default's alternatives: a lone relay running one batch at a time, and
+			// each of several running two (the default shares two among them all).
+			out = append(out, relayShape{mode: mode, instances: 1, batchSize: b.o.batch, concurrency: 1},
+				relayShape{mode: mode, instances: drainInstancesHi, batchSize: b.o.batch, concurrency: 2})
 		}
 	}
 	return out
@@ -336,7 +336,7 @@ func (b *bench) drainReport(rounds [][]drainRetention) partReport {
 	p("### Drain vs the plain-SQL limit\n\n")
 	p("A backlog of %d events over %d aggregates (COPY into a freshly migrated schema, then `VACUUM ANALYZE` and a checkpoint) is drained ", b.o.events, b.o.aggregates)
 	p("to an in-memory sink (`memsink`, its records reset after every call so it does not hold the backlog). ")
-	p("Relay settings as named, Partitions 16, other settings default (Concurrency: 2 per instance in unordered mode, on the child's pools of 8 connections; 1 in ordered mode); ")
+	p("Relay settings as named, Partitions 16, other settings default (Concurrency in unordered mode: 2 among all the instances, at least 1 each, on the child's pools of 8 connections — the relays count each other in `relay_members` before the backlog is filled; 1 in ordered mode); ")
 	p("the relays run in a child process, each with its own pool, start before the fill, wait (Wakeup poll, PollInterval 1m) until ordered-mode leases are shared out, ")
 	p("and are woken with `Relay.Wake` once the backlog is in place; the time runs until `Stats().Published` (counted after each batch commits) reaches the backlog. ")
 	p("No per-aggregate order violation was seen in ordered runs (checked by the sink). ")
