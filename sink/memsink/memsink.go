@@ -168,7 +168,8 @@ func (s *Sink) Count() int {
 func (s *Sink) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.deliveries = nil
+	clear(s.deliveries) // keeps the capacity: a sink reset after every batch does not grow it again
+	s.deliveries = s.deliveries[:0]
 }
 
 // WaitFor blocks until at least n messages were delivered since the last
