@@ -205,7 +205,7 @@ func (r *Relay) leaseRound(ctx context.Context) time.Duration {
 // (def) runs at once while members relays of the schema are alive: def among them all,
 // at least one each. On a small server many claims at once lose more to SKIP LOCKED
 // walking past each other's rows than they gain (bench/RESULTS.md: 4 relays of 2
-// batches each drained at 0.57–0.74 of the SQL limit, 4 relays of 1 at 0.71–0.88).
+// batches each drained at 0.57–0.74 of the SQL limit, 4 relays of 1 at 0.70–0.86; ADR 0006).
 func sharedWorkers(def, members int) int { return max(1, def/max(1, members)) }
 
 // leaseMargin is the safety margin between the database's expiry and the local deadline.
