@@ -68,10 +68,11 @@ FROM (
     WHERE h.published_at IS NULL AND h.dead_at IS NULL
       AND h.available_at <= now()
       AND ($1::int[] IS NULL OR h.partition * $6::int / 4096 = ANY($1::int[]))
-      -- head: the first pending row of its aggregate. ORDER BY the index's own key makes
-      -- this one probe of events_pending_aggregate per row whatever the statistics say
-      -- (a min() let the planner walk events_pending instead after ANALYZE on a drained
-      -- table: 2 s per claim for 1,000 pending rows).
+      -- head: the first pending row of its aggregate: one probe of
+      -- events_pending_aggregate per row. events_pending cannot serve it (its predicate
+      -- adds available_at IS NOT NULL, which this probe does not state; migration 0003):
+      -- after ANALYZE on a drained table the planner took it for empty and walked it
+      -- for every head, 2 s per claim for 1,000 pending rows.
       AND h.seq = (
           SELECT p.seq FROM {{schema}}.events p
           WHERE p.aggregate_type = h.aggregate_type AND p.aggregate_id = h.aggregate_id
@@ -125,11 +126,13 @@ FROM (
 -- the time it is locked: the recheck of the locked version fails and it is left out (a
 -- gap), as is a row no longer pending (the predicate is repeated on the locked row). No
 -- tuple moves while the statement runs (only VACUUM FULL or CLUSTER move tuples, and their
--- lock conflicts with this statement's).
+-- lock conflicts with this statement's). The predicate is written so that no partial index
+-- can serve it: a planner that believed the pending indexes empty (ANALYZE after a
+-- drained backlog) scanned one with a ctid filter instead of the TID scan.
 locked AS MATERIALIZED (
     SELECT x.ctid FROM {{schema}}.events x
     WHERE x.ctid = ANY(ARRAY(SELECT ctid FROM picked WHERE ready))
-      AND x.published_at IS NULL AND x.dead_at IS NULL
+      AND coalesce(x.published_at, x.dead_at) IS NULL
     FOR UPDATE SKIP LOCKED
 ), claimed AS MATERIALIZED (
     -- every picked row locked: all of them (the common case: no join, no sort)
