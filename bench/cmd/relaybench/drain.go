@@ -166,10 +166,13 @@ const limitColumns = `seq, id, aggregate_type, aggregate_id, coalesce(aggregate_
        schema_version, coalesce(topic, ''), headers, content_type,
        coalesce(convert_to(payload::text, 'UTF8'), payload_bytes), trace_parent, created_at, attempts`
 
-// limitSQL is the plain-SQL limit's statement: the oldest pending rows, locked and
-// marked published (or deleted) in one statement, returning what a relay reads.
+// limitSQL is the plain-SQL limit's statement: the oldest available pending rows (as the
+// relay takes them: a row in backoff waits), locked and marked published (or deleted) in
+// one statement, returning what a relay reads. Without the availability filter the
+// statement could not use events_pending (its predicate states available_at IS NOT NULL,
+// migration 0003) and the keep modes' limit fell to a quarter.
 func limitSQL(deleted bool) string {
-	pick := `SELECT seq FROM outbox.events WHERE published_at IS NULL AND dead_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`
+	pick := `SELECT seq FROM outbox.events WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= now() ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`
 	if deleted {
 		return `DELETE FROM outbox.events WHERE seq IN (` + pick + `) RETURNING ` + limitColumns
 	}
@@ -341,7 +344,7 @@ func (b *bench) drainReport(rounds [][]drainRetention) partReport {
 	p("and are woken with `Relay.Wake` once the backlog is in place; the time runs until `Stats().Published` (counted after each batch commits) reaches the backlog. ")
 	p("No per-aggregate order violation was seen in ordered runs (checked by the sink). ")
 	p("The limit is the fastest shape of %s rows per statement × %s concurrent loops of one autocommit statement (the shape chosen by one trial of each in the first round; every round then measures that shape once more), ", joinInts(b.o.limitBatches, "/"), joinInts(b.o.limitWorkers, "/"))
-	p("`UPDATE … SET published_at = now()` (keep modes) or `DELETE` (delete-on-publish) `WHERE seq IN (SELECT seq … WHERE published_at IS NULL AND dead_at IS NULL ORDER BY seq LIMIT n FOR UPDATE SKIP LOCKED) RETURNING` the columns a relay reads, ")
+	p("`UPDATE … SET published_at = now()` (keep modes) or `DELETE` (delete-on-publish) `WHERE seq IN (SELECT seq … WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= now() ORDER BY seq LIMIT n FOR UPDATE SKIP LOCKED) RETURNING` the columns a relay reads (the availability filter, which the relay applies too, lets it use `events_pending` since migration 0003), ")
 	p("on the same table, indexes and fill. Peak RSS is the relay child's VmHWM; relay CPU is the child's user and system CPU time over the drain time (100%% = one core of %d). ", runtime.NumCPU())
 	p("The main table was measured in %d rounds, one after the other; each round measures the limit and then every relay again, per retention mode, ", len(rounds))
 	p("and each relay's ratio is to its own round's limit. The table shows median events/s, every round's ratio and their median, on which the targets are judged ")
