@@ -554,15 +554,24 @@ type claimedBatch struct {
 	rows []claimedRow
 }
 
+// claimSettings are set in every claim transaction.
+//   - JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
+//     server's default JIT then spent 30-550 ms compiling every claim.
+//   - Sequential scans off (a penalty, not a ban): the claim is index-driven by design, and
+//     the generic plan of a prepared claim, made while the table was small, scanned the
+//     whole table to find the rows it had picked by ctid; it kept that plan as the
+//     published rows piled up (TestOrderedClaimGenericPlanFromASmallTable).
+var claimSettings = []string{"SET LOCAL jit = off", "SET LOCAL enable_seqscan = off"}
+
 // claim runs the claim statement and returns what it claimed: in ordered mode, per
 // aggregate, the contiguous prefix of locked, available rows (the statement cuts it).
 func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBatch, error) {
 	var c claimedBatch
 	batch := &pgx.Batch{}
 	batch.Queue(r.iitTimeout)
-	// JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
-	// server's default JIT then spent 30-550 ms compiling every claim.
-	batch.Queue("SET LOCAL jit = off")
+	for _, set := range claimSettings {
+		batch.Queue(set)
+	}
 	deleteOnPublish := r.cfg.Retention.Mode == DeleteOnPublish
 	var heads headPlan
 	batchCap := r.cfg.BatchSize
@@ -576,7 +585,7 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 	}
 	br := tx.begin(ctx, batch)
 	defer func() { _ = br.Close() }()
-	for range 3 {
+	for range 2 + len(claimSettings) { // BEGIN, the timeout, the settings
 		if _, err := br.Exec(); err != nil {
 			return c, fmt.Errorf("claim: begin: %w", err)
 		}
