@@ -239,10 +239,7 @@ func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
 	}
 	waitMost := func(g *gauge, want int32, what string) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for g.most.Load() < want && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling a gauge with a deadline
-		}
+		waitUntil(t, 15*time.Second, what+": batches in flight", func() bool { return g.most.Load() >= want })
 		if got := g.most.Load(); got != want {
 			t.Fatalf("%s: at most %d batches in flight, want %d", what, got, want)
 		}
@@ -257,13 +254,7 @@ func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
 
 	waitWorkers := func(r *relay.Relay, want int) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for r.Stats().Workers != want && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling a gauge with a deadline
-		}
-		if got := r.Stats().Workers; got != want {
-			t.Fatalf("Stats().Workers = %d, want %d", got, want)
-		}
+		waitUntil(t, 15*time.Second, fmt.Sprintf("Stats().Workers = %d", want), func() bool { return r.Stats().Workers == want })
 	}
 
 	enqueue(t, pool, aggregates("alone", 400), 1)

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // A worker that went idle while its relay ran two batches at once, and must wait now
@@ -30,7 +30,7 @@ func TestWaitingWorkerPassesWakeUpOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	r, err := New(pool, nopSink{}, &Config{Mode: Unordered, Wakeup: WakeupPoll, PollInterval: time.Hour})
+	r, err := New(pool, &memsink.Sink{}, &Config{Mode: Unordered, Wakeup: WakeupPoll, PollInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,10 +82,3 @@ func (*batchCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 	return ctx
 }
 func (*batchCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-// nopSink acknowledges every message.
-type nopSink struct{}
-
-func (nopSink) Publish(_ context.Context, msgs []outbox.Message) []error {
-	return make([]error, len(msgs))
-}
