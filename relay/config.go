@@ -102,11 +102,18 @@ type Config struct {
 	// compete for the same heads; to publish ordered batches in parallel from one process,
 	// run several relays on the pool: they share the partitions by lease.
 	Concurrency int
+	// PublishCalls is the most Publish calls one batch makes at once. The batch's
+	// aggregates are dealt out among them, each aggregate's messages in one call and in
+	// order, so a message that hangs, or a sink that publishes one message after
+	// another, holds up only the aggregates of its own call. 1: one call per batch.
+	// Default 32, at most 1024.
+	PublishCalls int
 	// MaxAttempts is the attempt budget of an event failing transiently; it is dead
 	// when spent. Default 10. A permanent failure ([outbox.Permanent]) is dead at once.
 	MaxAttempts int
 	// RetryBaseDelay is the backoff after the first failed attempt; each further
-	// attempt doubles it, with full jitter, up to RetryMaxDelay. Default 1s.
+	// attempt doubles it, up to RetryMaxDelay, with equal jitter (the delay is between
+	// half and all of it). Default 1s.
 	RetryBaseDelay time.Duration
 	// RetryMaxDelay caps the backoff. Default 10 minutes.
 	RetryMaxDelay time.Duration
@@ -160,6 +167,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.FallbackPollInterval = cmp.Or(cfg.FallbackPollInterval, 5*time.Second)
 	cfg.Wakeup = cmp.Or(cfg.Wakeup, WakeupListen)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
+	cfg.PublishCalls = cmp.Or(cfg.PublishCalls, 32)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
 	cfg.RetryBaseDelay = cmp.Or(cfg.RetryBaseDelay, time.Second)
 	cfg.RetryMaxDelay = cmp.Or(cfg.RetryMaxDelay, 10*time.Minute)
@@ -195,6 +203,7 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.FallbackPollInterval > 0, "FallbackPollInterval must be positive, got %s", cfg.FallbackPollInterval)
 	check(cfg.Wakeup == WakeupListen || cfg.Wakeup == WakeupPoll, "Wakeup must be %q or %q, got %q", WakeupListen, WakeupPoll, cfg.Wakeup)
 	check(cfg.Concurrency >= 1 && cfg.Concurrency <= 64, "Concurrency must be between 1 and 64, got %d", cfg.Concurrency)
+	check(cfg.PublishCalls >= 1 && cfg.PublishCalls <= 1024, "PublishCalls must be between 1 and 1024, got %d", cfg.PublishCalls)
 	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)
 	check(cfg.RetryBaseDelay > 0, "RetryBaseDelay must be positive, got %s", cfg.RetryBaseDelay)
 	check(cfg.RetryMaxDelay >= cfg.RetryBaseDelay, "RetryMaxDelay (%s) must be at least RetryBaseDelay (%s)", cfg.RetryMaxDelay, cfg.RetryBaseDelay)

@@ -282,3 +282,45 @@ func TestOrderUnderRandomFailures(t *testing.T) {
 		t.Fatal("no event was retried: the failure injection did not work")
 	}
 }
+
+// Both sides of BreakerMinAggregates: a batch in which nothing succeeded and plain
+// errors span fewer aggregates than it is those messages' failure (attempts counted,
+// retried with backoff, the breaker stays shut); spanning that many, it is an outage
+// (nothing counted, the breaker opens).
+func TestBreakerMinAggregatesBothSides(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		aggregates int
+		outage     bool
+	}{{1, false}, {2, false}, {3, true}, {4, true}} {
+		t.Run(fmt.Sprintf("%d-aggregates", tc.aggregates), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			enqueue(t, pool, aggregates("b", tc.aggregates), 1)
+			sink := newTestSink()
+			sink.fail = func(outbox.Message) error { return errors.New("broker: 503") }
+			cfg := fastConfig()
+			cfg.BreakerMinAggregates = 3
+			cfg.MaxAttempts = 100
+			r := newRelay(t, pool, sink, cfg)
+			start(t, r)
+			if tc.outage {
+				deadline := time.Now().Add(time.Second)
+				for time.Now().Before(deadline) {
+					if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE attempts > 0`); n != 0 {
+						t.Fatalf("%d events had attempts counted in an outage across %d aggregates", n, tc.aggregates)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				if r.Stats().BreakerOpens == 0 {
+					t.Fatal("the breaker never opened")
+				}
+				return
+			}
+			waitSQL(t, pool, 5*time.Second, tc.aggregates, `SELECT count(*) FROM outbox.events WHERE attempts >= 2 AND last_error LIKE '%503%'`)
+			if st := r.Stats(); st.BreakerOpens != 0 {
+				t.Fatalf("failures of %d aggregates opened the breaker: %+v", tc.aggregates, st)
+			}
+		})
+	}
+}

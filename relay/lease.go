@@ -28,11 +28,18 @@ type lease struct {
 	// publish hung on a dead connection must not keep a partition forever.
 	busy      int
 	busySince time.Time
+	// releasing: the relay holds more than its share and gives this partition back as
+	// soon as no batch includes it; new batches leave it out meanwhile. A relay busy
+	// with a backlog would otherwise never find a partition idle to give to a relay
+	// that joins.
+	releasing bool
 }
 
 type leaseSet struct {
 	mu    sync.Mutex
 	owned map[int]*lease
+	// handBack is signalled when a batch ends and leaves a releasing partition idle.
+	handBack chan struct{}
 }
 
 // claimable returns the partitions a batch may claim now, with their epochs, and marks
@@ -41,7 +48,7 @@ func (s *leaseSet) claimable(now time.Time) (parts []int, epochs []int64, releas
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for p, l := range s.owned {
-		if now.Before(l.deadline) {
+		if now.Before(l.deadline) && !l.releasing {
 			parts = append(parts, p)
 		}
 	}
@@ -60,6 +67,9 @@ func (s *leaseSet) claimable(now time.Time) (parts []int, epochs []int64, releas
 		for i, p := range parts {
 			if l := s.owned[p]; l != nil && l.epoch == epochs[i] {
 				l.busy--
+				if l.busy == 0 && l.releasing {
+					signal(s.handBack)
+				}
 			}
 		}
 	}
@@ -99,6 +109,8 @@ func (r *Relay) leaseLoop(ctx context.Context) {
 		case <-t.C:
 		case <-r.leaseWake:
 			t.Stop()
+		case <-r.leases.handBack:
+			t.Stop()
 		}
 	}
 }
@@ -132,8 +144,9 @@ func (r *Relay) leaseRound(ctx context.Context) time.Duration {
 	var (
 		members     int
 		renewedList []int32
+		notified    any
 	)
-	if err := r.pool.QueryRow(ctx, r.q.leaseBeat, r.owner, ttl.Milliseconds(), parts, epochs).Scan(&members, &renewedList); err != nil {
+	if err := r.pool.QueryRow(ctx, r.q.leaseBeat, r.owner, ttl.Milliseconds(), parts, epochs, r.wakeupChannel).Scan(&members, &renewedList, &notified); err != nil {
 		return fail("relay heartbeat", err)
 	}
 	if r.cfg.Mode == Unordered { // no leases: the heartbeat only shares the workers
@@ -159,19 +172,7 @@ func (r *Relay) leaseRound(ctx context.Context) time.Duration {
 			r.log.WarnContext(ctx, "lease lost", slog.Int("partition", p), slog.Int64("epoch", l.epoch))
 		}
 	}
-	// Release the excess, idle partitions first.
-	var excess []int
-	for p, l := range r.leases.owned {
-		if len(r.leases.owned)-len(excess) <= target {
-			break
-		}
-		if l.busy == 0 {
-			excess = append(excess, p)
-		}
-	}
-	for _, p := range excess {
-		delete(r.leases.owned, p)
-	}
+	excess := r.leases.giveBack(target)
 	need := target - len(r.leases.owned)
 	r.leases.mu.Unlock()
 	if len(excess) > 0 {
@@ -199,6 +200,41 @@ func (r *Relay) leaseRound(ctx context.Context) time.Duration {
 		return min(interval, time.Duration(*next)*time.Millisecond+20*time.Millisecond)
 	}
 	return interval
+}
+
+// giveBack brings the partitions this relay keeps down (or back up) to target: idle
+// ones beyond it are removed and returned, to be released now; busy ones are marked
+// releasing — left out of new batches and given back when their batches end, so the
+// hand-over happens at a batch boundary and per-aggregate order holds across it. Below
+// target (a relay left) it keeps partitions it was giving back. The caller holds s.mu.
+func (s *leaseSet) giveBack(target int) (release []int) {
+	keep := 0
+	for _, l := range s.owned {
+		if !l.releasing {
+			keep++
+		}
+	}
+	for _, l := range s.owned {
+		if keep < target && l.releasing {
+			l.releasing = false
+			keep++
+		}
+	}
+	for _, idle := range []bool{true, false} { // idle partitions first
+		for _, l := range s.owned {
+			if keep > target && !l.releasing && (l.busy == 0) == idle {
+				l.releasing = true
+				keep--
+			}
+		}
+	}
+	for p, l := range s.owned {
+		if l.releasing && l.busy == 0 {
+			release = append(release, p)
+			delete(s.owned, p)
+		}
+	}
+	return release
 }
 
 // sharedWorkers is how many batches an unordered relay with the default Concurrency

@@ -3,7 +3,11 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/outboxkit/outbox"
@@ -30,38 +34,117 @@ type deadMsg struct {
 // maxErrorBytes bounds the error text stored in last_error.
 const maxErrorBytes = 2000
 
-// outcomes sorts the sink's results. down reports that the sink as a whole failed:
-// nothing succeeded, and an error was marked Unavailable, the publish ran out of time,
-// or failures span Config.BreakerMinAggregates distinct aggregates. Then nothing is
-// settled and no attempt is counted.
-func (r *Relay) outcomes(msgs []outbox.Message, results []error) (s settlement, down bool) {
-	type aggKey struct{ typ, id string }
-	failedAggs := map[aggKey]bool{}
-	succeeded, sinkLevel := 0, false
-	for i, err := range results {
+// failure is the class of one message's result.
+type failure int
+
+const (
+	acked     failure = iota // published
+	notSent                  // not tried, or not the message's fault: no attempt counted
+	permanent                // retrying cannot help: dead at once
+	transient                // this message failed: an attempt counted, backoff
+	timedOut                 // its call ran out of the batch's time: as transient
+	sinkDown                 // the sink as a whole failed (Unavailable, a connection error)
+)
+
+// classify sorts each message's result. Only the relay's own deadline makes a context
+// error "not attempted" — and then only for the messages of a cut-off call after its
+// first unacknowledged one, which is taken to be the message that held the call up (a
+// sink may publish one message after another). A timeout the sink's own client reported
+// while the batch had time left is that message's failure.
+func classify(msgs []outbox.Message, p published) []failure {
+	classes := make([]failure, len(msgs))
+	blamed := map[int]bool{} // cut-off calls whose first unacknowledged message was blamed
+	for i, err := range p.errs {
 		switch {
 		case err == nil:
-			succeeded++
-		case outbox.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-			sinkLevel = true
+			classes[i] = acked
+		case outbox.IsPermanent(err):
+			classes[i] = permanent
+		case outbox.IsUnavailable(err):
+			classes[i] = sinkDown
 		case errors.Is(err, outbox.ErrNotSent):
+			classes[i] = notSent
+		case p.late[i] && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+			classes[i] = notSent
+			if !blamed[p.call[i]] {
+				blamed[p.call[i]] = true
+				classes[i] = timedOut
+			}
+		case isConnectionError(err):
+			classes[i] = sinkDown
 		default:
-			failedAggs[aggKey{msgs[i].AggregateType, msgs[i].AggregateID}] = true
+			classes[i] = transient
+		}
+	}
+	return classes
+}
+
+// isConnectionError reports whether err says the connection to the broker failed (a
+// refused dial, a reset or broken connection, EOF on a connection the far end closed) —
+// the sink being down, whether or not the sink wrapped it with [outbox.Unavailable]. A
+// timeout is not one: a slow answer is the message's failure.
+func isConnectionError(err error) bool {
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return false
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return !dnsErr.IsNotFound // a name that does not exist is that message's destination
+	}
+	for _, target := range []error{
+		syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
+		syscall.ENETUNREACH, syscall.EHOSTUNREACH, syscall.ENETDOWN, syscall.EHOSTDOWN,
+		io.EOF, io.ErrUnexpectedEOF, net.ErrClosed,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
+}
+
+// outcomes sorts the sink's results. down reports that the sink as a whole failed:
+// nothing succeeded, and a message failed with [outbox.Unavailable] or a connection
+// error, or messages of at least Config.BreakerMinAggregates distinct aggregates failed
+// (transiently or by running out of time; a Permanent refusal is never an outage). Then
+// nothing is settled and no attempt is counted. When something succeeded, a message
+// that hit the sink being down counts no attempt either, but waits before it is tried
+// again.
+func (r *Relay) outcomes(msgs []outbox.Message, p published) (s settlement, down bool) {
+	classes := classify(msgs, p)
+	failedAggs := map[aggregateKey]bool{}
+	succeeded, sinkLevel := 0, false
+	for i, c := range classes {
+		switch c {
+		case acked:
+			succeeded++
+		case sinkDown:
+			sinkLevel = true
+		case transient, timedOut:
+			failedAggs[keyOf(msgs[i])] = true
 		}
 	}
 	if succeeded == 0 && (sinkLevel || len(failedAggs) >= r.cfg.BreakerMinAggregates) {
 		return settlement{}, true
 	}
-	for i, err := range results {
-		m := msgs[i]
+	for i, c := range classes {
+		m, err := msgs[i], p.errs[i]
+		if c == timedOut {
+			err = fmt.Errorf("publish did not finish within the batch's time (BatchTimeout %s): %w", r.cfg.BatchTimeout, err)
+		}
 		switch {
-		case err == nil:
+		case c == acked:
 			s.add(m.Seq, "published", nil, 0)
 			s.published++
-		case outbox.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, outbox.ErrNotSent):
-			// Not the message's fault, or never sent: no attempt counted; it stays
-			// pending, and in ordered mode behind its failed predecessor.
-		case outbox.IsPermanent(err) || m.Attempt >= r.cfg.MaxAttempts:
+		case c == notSent:
+			// Never sent, or cut off behind the message that held its call up: no attempt
+			// counted; it stays pending, and in ordered mode behind its predecessor.
+		case c == sinkDown:
+			reason := truncate(err.Error())
+			s.add(m.Seq, "deferred", &reason, r.backoff(m.Attempt).Milliseconds())
+		case c == permanent || m.Attempt >= r.cfg.MaxAttempts:
 			reason := truncate(err.Error())
 			s.add(m.Seq, "dead", &reason, 0)
 			s.dead++
@@ -108,8 +191,8 @@ func truncate(s string) string {
 	return s[:cut] + "…"
 }
 
-func firstError(results []error) error {
-	for _, err := range results {
+func firstError(errs []error) error {
+	for _, err := range errs {
 		if err != nil {
 			return err
 		}

@@ -131,7 +131,7 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 		breaker:       newBreaker(c.BreakerInitialDelay, c.BreakerMaxDelay),
 		wake:          make(chan struct{}, 1),
 		owner:         uuid.NewString(),
-		leases:        leaseSet{owned: map[int]*lease{}},
+		leases:        leaseSet{owned: map[int]*lease{}, handBack: make(chan struct{}, 1)},
 		leaseWake:     make(chan struct{}, 1),
 		wakeupChannel: outbox.WakeupChannel(c.Schema),
 		q:             newQueries(quoted, claim, unclaim),
@@ -479,25 +479,23 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 		return res, tx.rollback(ctx)
 	}
 
-	var results []error
+	var results published
 	if len(msgs) > 0 {
-		pctx, pcancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
-		results = r.sink.Publish(pctx, msgs)
-		pcancel()
+		results, err = r.publish(ctx, msgs)
+		if err != nil {
+			r.breaker.down(time.Now())
+			return res, err
+		}
 	}
 	if err := failpoint.Inject(failpoint.AfterPublish); err != nil {
 		return res, err
-	}
-	if len(results) != len(msgs) {
-		r.breaker.down(time.Now())
-		return res, fmt.Errorf("sink returned %d results for %d messages (a sink bug): batch abandoned", len(results), len(msgs))
 	}
 
 	out, down := r.outcomes(msgs, results)
 	if down {
 		if r.breaker.down(time.Now()) {
 			r.stats.breakerOpens.Add(1)
-			r.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(results)))
+			r.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(results.errs)))
 		}
 		r.stats.sinkDownBatches.Add(1)
 		if len(bad) == 0 {

@@ -103,6 +103,7 @@ func TestOrderedBatchCutByMaxBatchEvents(t *testing.T) {
 			}
 			cfg := fastConfig()
 			cfg.BatchSize, cfg.MaxPerAggregate, cfg.MaxBatchEvents = 5, 10, c.maxBatchEvents
+			cfg.PublishCalls = 1 // a sink call is a batch
 			start(t, newRelay(t, pool, sink, cfg))
 			checkOrder(t, sink.waitFor(t, 20*time.Second, "all 50 events", func(m []outbox.Message) bool { return distinctIDs(m) == 50 }))
 			mu.Lock()
@@ -246,6 +247,7 @@ func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
 	}
 	cfg := fastConfig()
 	cfg.Mode, cfg.BatchSize = relay.Unordered, 5 // Concurrency unset: the shared default
+	cfg.PublishCalls = 1                         // a sink call in flight is a batch in flight
 	// Only Wake brings an idle worker back: a wake-up taken by a worker that must wait
 	// now (it went idle while its relay was alone) has to reach the one that works.
 	cfg.Wakeup, cfg.PollInterval, cfg.LeaseTTL = relay.WakeupPoll, time.Hour, 600*time.Millisecond

@@ -98,6 +98,7 @@ func TestUnorderedClaimPutsBackWhatWasNotPublished(t *testing.T) {
 			cfg.Mode = relay.Unordered
 			cfg.Retention.Mode = mode
 			cfg.BatchSize = 25
+			cfg.PublishCalls = 1            // a sink call is a batch: the first two are an outage
 			cfg.BreakerMinAggregates = 1000 // per-message failures are not an outage
 			cfg.BreakerInitialDelay, cfg.BreakerMaxDelay = 20*time.Millisecond, 40*time.Millisecond
 			r := newRelay(t, pool, sink, cfg)

@@ -90,16 +90,21 @@ FROM (
     LIMIT $2)
   UNION ALL
   (SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id
-    FROM (SELECT * FROM aggregates LIMIT $7) h
+    -- the first $7 claimable aggregates in key order, however many cannot be claimed
+    -- now (held, backing off, scheduled, another relay's) come before them: the cap
+    -- counts only claimable ones, so such aggregates cost one descent each and never
+    -- starve a claimable one (read lazily: the recursion stops at the $7th)
+    FROM (SELECT * FROM aggregates a
+          WHERE a.available_at <= now()
+            AND ($1::int[] IS NULL OR a.partition * $6::int / 4096 = ANY($1::int[]))
+            -- not held by an earlier dead event (one probe of events_held)
+            AND (a.aggregate_type = ANY($4::text[]) OR (
+                SELECT d.seq FROM {{schema}}.events d
+                WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id
+                  AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < a.seq
+                LIMIT 1) IS NULL)
+          LIMIT $7) h
     WHERE $7::int > 0
-      AND h.available_at <= now()
-      AND ($1::int[] IS NULL OR h.partition * $6::int / 4096 = ANY($1::int[]))
-      -- not held by an earlier dead event (one probe of events_held)
-      AND (h.aggregate_type = ANY($4::text[]) OR (
-          SELECT d.seq FROM {{schema}}.events d
-          WHERE d.aggregate_type = h.aggregate_type AND d.aggregate_id = h.aggregate_id
-            AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < h.seq
-          LIMIT 1) IS NULL)
     ORDER BY h.seq
     LIMIT $2)
 ) c

@@ -2,12 +2,14 @@
 -- renew the leases it still holds at the epochs it knows ($3 partitions, $4 epochs) for
 -- $2 ms, and count the live relays. Returns the live count and the partitions renewed; a
 -- partition not returned was taken over (its epoch moved on) and is lost. Members gone
--- for an hour are forgotten.
+-- for an hour are forgotten. A relay's first heartbeat (its row is new: xmax = 0) wakes
+-- the other relays' lease rounds, if there are any, on channel $5, so they make room for
+-- it at once rather than at their next round.
 WITH beat AS (
     INSERT INTO {{schema}}.relay_members (owner, expires_at)
     VALUES ($1, now() + $2 * interval '1 millisecond')
     ON CONFLICT (owner) DO UPDATE SET heartbeat_at = now(), expires_at = excluded.expires_at
-    RETURNING owner
+    RETURNING owner, xmax = 0 AS joined
 ), forget AS (
     DELETE FROM {{schema}}.relay_members WHERE expires_at < now() - interval '1 hour'
 ), renewed AS (
@@ -18,4 +20,6 @@ WITH beat AS (
     RETURNING l.partition
 )
 SELECT 1 + (SELECT count(*) FROM {{schema}}.relay_members WHERE expires_at > now() AND owner <> $1),
-       coalesce((SELECT array_agg(partition) FROM renewed), '{}')
+       coalesce((SELECT array_agg(partition) FROM renewed), '{}'),
+       (SELECT pg_notify($5, 'lease') FROM beat
+        WHERE joined AND EXISTS (SELECT FROM {{schema}}.relay_members WHERE expires_at > now() AND owner <> $1))

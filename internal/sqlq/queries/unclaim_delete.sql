@@ -1,4 +1,5 @@
--- unclaim_delete: put back, whole, the rows claim_unordered_delete.sql deleted whose
+-- unclaim_delete: put back, whole, the rows a delete-on-publish claim
+-- (claim_ordered_delete.sql, claim_unordered_delete.sql) deleted whose
 -- messages were not published, in the same transaction: same seq (OVERRIDING SYSTEM
 -- VALUE), same id, every column as it was, with the outcome applied as unclaim_keep.sql
 -- does. $1 seq, $2 id, $3 aggregate_type, $4 aggregate_id, $5 aggregate_version (0:
@@ -16,8 +17,8 @@ SELECT u.seq, u.id, u.aggregate_type, u.aggregate_id, nullif(u.aggregate_version
        CASE WHEN u.payload_is_json THEN convert_from(u.payload, 'UTF8')::jsonb END,
        CASE WHEN NOT u.payload_is_json THEN u.payload END,
        u.trace_parent, u.created_at,
-       CASE WHEN u.outcome = 'retry' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.available_at END,
-       CASE WHEN u.outcome = 'untouched' THEN u.attempts ELSE u.attempts + 1 END,
+       CASE WHEN u.outcome IN ('retry', 'deferred') THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.available_at END,
+       CASE WHEN u.outcome IN ('untouched', 'deferred') THEN u.attempts ELSE u.attempts + 1 END,
        coalesce(u.error, u.last_error),
        CASE WHEN u.outcome = 'dead' THEN now() END
 FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::int[],
