@@ -136,14 +136,14 @@ func TestDiscoveryClaimsWhatTheWalkClaims(t *testing.T) {
 		claim = sqlq.Query(variant, `"outbox"`)
 		t.Run(variant, func(t *testing.T) {
 			checkCut(t)
-			checkDiscovery(t, run)
+			checkDiscovery(t, run, aggregateOf)
 		})
 	}
 }
 
 // checkDiscovery compares, with run, the walk's claims and discovery's in several
 // scopes and limits.
-func checkDiscovery(t *testing.T, run func(t *testing.T, scope []int, heads, discover int, pastDead []string) []int64) {
+func checkDiscovery(t *testing.T, run func(t *testing.T, scope []int, heads, discover int, pastDead []string) []int64, aggregateOf map[int64]string) {
 	for _, c := range []struct {
 		name     string
 		scope    []int
@@ -164,13 +164,26 @@ func checkDiscovery(t *testing.T, run func(t *testing.T, scope []int, heads, dis
 			if found := run(t, c.scope, c.heads, 1000, c.pastDead); !slices.Equal(found, walk) {
 				t.Fatalf("discovery claimed %v\nthe walk claimed %v", found, walk)
 			}
-			// Discovery reading fewer aggregates than there are claims a subset: only heads.
+			// Discovery capped at 5 aggregates claims a subset of what a walk claims, from
+			// exactly min(5, heads, claimable aggregates) aggregates: the cap counts
+			// claimable aggregates only, so the held, backing-off and locked ones that sort
+			// first do not use it up.
 			capped := run(t, c.scope, c.heads, 5, c.pastDead)
 			all := run(t, c.scope, 100, 0, c.pastDead)
 			for _, s := range capped {
 				if _, ok := slices.BinarySearch(all, s); !ok {
 					t.Fatalf("capped discovery claimed seq %d, which no walk claims (%v)", s, all)
 				}
+			}
+			aggs := func(seqs []int64) int {
+				seen := map[string]bool{}
+				for _, s := range seqs {
+					seen[aggregateOf[s]] = true
+				}
+				return len(seen)
+			}
+			if got, want := aggs(capped), min(5, c.heads, aggs(all)); got != want || want == 0 {
+				t.Fatalf("capped discovery claimed rows of %d aggregates, want %d (min of 5, the head limit %d and %d claimable)", got, want, c.heads, aggs(all))
 			}
 		})
 	}

@@ -171,6 +171,42 @@ func TestPurgeRacesReplay(t *testing.T) {
 	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE aggregate_id = 'p0'`); n != 4 {
 		t.Fatalf("%d of the replayed events left, want 4", n)
 	}
+
+	// A published row made pending again (as a replay of a published event would) after
+	// the purge's snapshot saw it old and published, while the purge waits for its row
+	// lock: the purge re-checks the state it expects on the locked row and leaves it.
+	enqueue(t, pool, aggregates("q", 3), 1)
+	if _, err := pool.Exec(ctx, `UPDATE outbox.events SET published_at = now() - interval '1 hour', created_at = now() - interval '2 hours' WHERE aggregate_id LIKE 'q%'`); err != nil {
+		t.Fatal(err)
+	}
+	var victim int64
+	if err := pool.QueryRow(ctx, `SELECT min(seq) FROM outbox.events WHERE aggregate_id LIKE 'q%'`).Scan(&victim); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM outbox.events WHERE seq = $1 FOR UPDATE`, victim); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := r.Purge(ctx); done <- err }()
+	// pg_stat_activity keeps the first 1 kB of the statement: its header comment
+	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '-- purge:%'`)
+	if _, err := holder.Exec(ctx, `UPDATE outbox.events SET published_at = NULL, available_at = now() WHERE seq = $1`, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE seq = $1 AND published_at IS NULL`, victim); n != 1 {
+		t.Fatalf("the purge deleted event seq %d, made pending while the purge waited for it", victim)
+	}
 }
 
 // TESTPLAN #4: stopping under load. With time to finish, the batch in flight completes

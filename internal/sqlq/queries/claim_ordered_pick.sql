@@ -141,16 +141,27 @@ locked AS MATERIALIZED (
     WHERE x.ctid = ANY(ARRAY(SELECT ctid FROM picked WHERE ready))
       AND x.published_at IS NULL AND x.dead_at IS NULL
     FOR UPDATE SKIP LOCKED
+), whole AS MATERIALIZED (
+    -- whether every picked row was locked where the walk found it, compared by identity,
+    -- not by count: before PostgreSQL's "missing EPQ recheck for TID Scan" fix (minor
+    -- releases of late 2025), a head updated and committed after this statement's
+    -- snapshot could be locked at its new version, at another ctid, while still pending;
+    -- the counts matched, the mark below could not see that version, and the head's
+    -- followers went out before it. Sorting a batch's ctids twice costs little beside
+    -- the claim (and nothing when the batch is empty).
+    SELECT (SELECT array_agg(ctid ORDER BY ctid) FROM locked)
+           IS NOT DISTINCT FROM (SELECT array_agg(ctid ORDER BY ctid) FROM picked) AS ok
 ), claimed AS MATERIALIZED (
-    -- every picked row locked: all of them (the common case: no join, no sort)
+    -- every picked row locked: all of them (the common case: no join)
     SELECT ctid FROM locked
-    WHERE (SELECT count(*) FROM locked) = (SELECT count(*) FROM picked)
+    WHERE (SELECT ok FROM whole)
     UNION ALL
-    -- else, per aggregate, the rows before its first gap
+    -- else, per aggregate, the rows before its first gap: a picked row whose own ctid
+    -- was not locked is a gap
     SELECT ctid FROM (
         SELECT pk.ctid, bool_and(l.ctid IS NOT NULL) OVER (PARTITION BY pk.head ORDER BY pk.seq) AS before_gap
         FROM picked pk
         LEFT JOIN locked l ON l.ctid = pk.ctid
     ) w
-    WHERE before_gap AND (SELECT count(*) FROM locked) < (SELECT count(*) FROM picked)
+    WHERE before_gap AND NOT (SELECT ok FROM whole)
 )
