@@ -16,11 +16,15 @@ import (
 )
 
 // S3 and TESTPLAN #2: a crash in each of the four windows of a batch. Window 1 (after
-// claim, before publish) publishes nothing extra; windows 2–4 (after publish before
-// the ack is seen, after the ack before the mark, after the mark before its commit)
-// publish each event of the batch exactly once more, with the same id. In ordered mode,
-// and in unordered mode, whose claim marks (keep modes) or deletes (delete-on-publish)
-// the batch before the sink has it.
+// claim, before publish) publishes nothing extra; windows 2–4 publish each event of the
+// batch exactly once more, with the same id: 2, after the broker has the messages but
+// before the relay sees its answer (failpoint AfterPublish); 3, after the acks are seen,
+// before the round trip that writes the outcomes (BeforeMark); 4, inside that round
+// trip — the claim's mark (or delete) and the put-back have run, the COMMIT has not
+// finished: a deferred trigger stalls the COMMIT and the test terminates the relay's
+// backend, as a database crash or a cut connection would. In ordered mode, and in
+// unordered mode, whose claim marks (keep modes) or deletes (delete-on-publish) the
+// batch before the sink has it.
 func TestS3CrashWindows(t *testing.T) {
 	modes := []struct {
 		name      string
@@ -38,7 +42,7 @@ func TestS3CrashWindows(t *testing.T) {
 		{failpoint.AfterClaim, 0},
 		{failpoint.AfterPublish, 1},
 		{failpoint.BeforeMark, 1},
-		{failpoint.BeforeCommit, 1},
+		{inCommit, 1},
 	}
 	for _, m := range modes {
 		for _, w := range windows {
@@ -57,28 +61,69 @@ func TestS3CrashWindows(t *testing.T) {
 	}
 }
 
+// inCommit names window 4 of TestS3CrashWindows: the connection dies inside the round
+// trip that commits the batch.
+const inCommit = "in-commit"
+
+// stallCommitOnce makes the first COMMIT of a transaction that changed outbox.events
+// stall (a deferred constraint trigger; the sequence that says "first" is not
+// transactional, so the rollback does not reset it).
+const stallCommitOnce = `
+CREATE SEQUENCE stall_commits;
+CREATE FUNCTION stall_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF nextval('stall_commits') = 1 THEN
+		PERFORM pg_sleep(60);
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER stall_commit AFTER UPDATE OR DELETE ON outbox.events
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION stall_commit()`
+
 func crashInWindow(t *testing.T, config func() *relay.Config, point string, extra int) {
 	pool := pgtest.Pool(t)
 	enqueue(t, pool, aggregates("c", 5), 2) // 10 events, one batch
 	sink := newTestSink()
 
-	var fired atomic.Int32
-	disarm := failpoint.Arm(point, func() error {
-		if fired.Add(1) == 1 {
-			return failpoint.ErrCrash
+	crashedBatch := 0
+	if point == inCommit {
+		if _, err := pool.Exec(context.Background(), stallCommitOnce); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	first := newRelay(t, pool, sink, config())
-	err := first.Run(context.Background())
-	disarm()
-	if !errors.Is(err, failpoint.ErrCrash) {
-		t.Fatalf("first relay: Run = %v, want the simulated crash", err)
+		r := newRelay(t, pool, sink, config())
+		stop := start(t, r)
+		// The batch is published, its COMMIT stalls: the connection dies there.
+		waitSQL(t, pool, 20*time.Second, 1, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`)
+		crashedBatch = len(sink.messages())
+		waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep') k`)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if crashedBatch == 0 {
+			t.Fatal("nothing was published before the COMMIT")
+		}
+		if r.Stats().Errors == 0 {
+			t.Fatalf("the relay saw no failed batch: stats %+v", r.Stats())
+		}
+	} else {
+		var fired atomic.Int32
+		disarm := failpoint.Arm(point, func() error {
+			if fired.Add(1) == 1 {
+				return failpoint.ErrCrash
+			}
+			return nil
+		})
+		first := newRelay(t, pool, sink, config())
+		err := first.Run(context.Background())
+		disarm()
+		if !errors.Is(err, failpoint.ErrCrash) {
+			t.Fatalf("first relay: Run = %v, want the simulated crash", err)
+		}
+		if fired.Load() != 1 {
+			t.Fatalf("failpoint %s fired %d times, want 1", point, fired.Load())
+		}
+		crashedBatch = len(sink.messages())
 	}
-	if fired.Load() != 1 {
-		t.Fatalf("failpoint %s fired %d times, want 1", point, fired.Load())
-	}
-	crashedBatch := len(sink.messages())
 
 	cfg := config()
 	start(t, newRelay(t, pool, sink, cfg))

@@ -34,6 +34,7 @@ const (
 	statsPrefix    = "RELAY-STATS "
 	readyPrefix    = "RELAY-READY "
 	publishingLine = "RELAY-PUBLISHING"
+	recordedLine   = "RELAY-RECORDED"
 )
 
 // childConfig is what a child relay process runs with.
@@ -44,6 +45,11 @@ type childConfig struct {
 	MaxPerAggregate int
 	PublishDelay    time.Duration // the sink's latency per call
 	Announce        bool          // print publishingLine when a publish starts
+	// AckDelay, when set, is how long the sink waits after recording a call's
+	// deliveries before it returns; it prints recordedLine when it starts waiting, so a
+	// test can kill the process after the broker has the messages and before the relay
+	// has recorded them published.
+	AckDelay time.Duration
 }
 
 const deliveriesTable = `CREATE TABLE IF NOT EXISTS storm_deliveries (
@@ -56,6 +62,7 @@ type recordingSink struct {
 	pool     *pgxpool.Pool
 	delay    time.Duration
 	announce bool
+	ackDelay time.Duration
 }
 
 func (s *recordingSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
@@ -88,6 +95,13 @@ func (s *recordingSink) Publish(ctx context.Context, msgs []outbox.Message) []er
 	if err != nil {
 		return fail(outbox.Unavailable(err))
 	}
+	if s.ackDelay > 0 {
+		fmt.Println(recordedLine)
+		select {
+		case <-time.After(s.ackDelay):
+		case <-ctx.Done():
+		}
+	}
 	return results
 }
 
@@ -106,7 +120,7 @@ func runChild() int {
 		return 2
 	}
 	defer pool.Close()
-	r, err := relay.New(pool, &recordingSink{pool: pool, delay: cfg.PublishDelay, announce: cfg.Announce}, &relay.Config{
+	r, err := relay.New(pool, &recordingSink{pool: pool, delay: cfg.PublishDelay, announce: cfg.Announce, ackDelay: cfg.AckDelay}, &relay.Config{
 		Mode: cfg.Mode, LeaseTTL: cfg.LeaseTTL, BatchSize: cfg.BatchSize, MaxPerAggregate: cfg.MaxPerAggregate,
 		PollInterval: 20 * time.Millisecond, RetryBaseDelay: 20 * time.Millisecond, RetryMaxDelay: 200 * time.Millisecond,
 		BreakerInitialDelay: 100 * time.Millisecond, BreakerMaxDelay: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
@@ -133,6 +147,7 @@ type child struct {
 	owner      string
 	done       chan struct{}
 	publishing chan struct{} // receives (without blocking the child) when a publish starts
+	recorded   chan struct{} // receives when the sink has recorded a call's deliveries (AckDelay)
 	mu         sync.Mutex
 	stats      *relay.Stats
 }
@@ -150,7 +165,7 @@ func startChild(t *testing.T, dsn string, cfg childConfig) *child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, done: make(chan struct{}), publishing: make(chan struct{}, 1)}
+	c := &child{cmd: cmd, done: make(chan struct{}), publishing: make(chan struct{}, 1), recorded: make(chan struct{}, 1)}
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -160,6 +175,11 @@ func startChild(t *testing.T, dsn string, cfg childConfig) *child {
 			case line == publishingLine:
 				select {
 				case c.publishing <- struct{}{}:
+				default:
+				}
+			case line == recordedLine:
+				select {
+				case c.recorded <- struct{}{}:
 				default:
 				}
 			case strings.HasPrefix(line, readyPrefix):

@@ -510,9 +510,6 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 	if err := failpoint.Inject(failpoint.BeforeMark); err != nil {
 		return res, err
 	}
-	if err := failpoint.Inject(failpoint.BeforeCommit); err != nil {
-		return res, err
-	}
 	// The claim marked (or deleted) every row as published: put back the others.
 	fenced, err := r.commit(ctx, tx, r.unclaimArgs(c, out), parts, epochs)
 	if err != nil {

@@ -44,6 +44,14 @@ func produce(ctx context.Context, t *testing.T, pool *pgxpool.Pool, aggs []strin
 	}
 }
 
+// drain empties a signal channel, so the next receive is a new signal.
+func drain(c chan struct{}) {
+	select {
+	case <-c:
+	default:
+	}
+}
+
 // TESTPLAN #1 (kill storm) and #5 (rolling restart while producing), with real
 // processes: 3 relay processes; events produced while one process after another is
 // stopped — SIGKILL (storm) or SIGTERM (rolling restart) — and restarted. Deliveries are
@@ -72,7 +80,7 @@ func TestKillStormAndRollingRestart(t *testing.T) {
 				relays     = 3
 				batchSize  = 50
 				perAggMax  = 4
-				childCfg   = childConfig{Mode: tc.mode, LeaseTTL: 2 * time.Second, BatchSize: batchSize, MaxPerAggregate: perAggMax, PublishDelay: 10 * time.Millisecond}
+				childCfg   = childConfig{Mode: tc.mode, LeaseTTL: 2 * time.Second, BatchSize: batchSize, MaxPerAggregate: perAggMax, PublishDelay: 10 * time.Millisecond, AckDelay: 20 * time.Millisecond}
 				connString = pgtest.ConnString(t, nil)
 			)
 			switch {
@@ -97,6 +105,7 @@ func TestKillStormAndRollingRestart(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)) //nolint:gosec // test randomness
 			owners := map[string]bool{}
 			var restartedPIDs []int
+			midBatch := 0
 			for _, c := range children {
 				owners[c.owner] = true
 			}
@@ -104,7 +113,15 @@ func TestKillStormAndRollingRestart(t *testing.T) {
 				time.Sleep(every/2 + rand.N(every)) //nolint:forbidigo,gosec // the storm's rhythm is the test's input
 				i := k % relays
 				if sig == syscall.SIGKILL {
+					// Mid-batch: after the broker has the messages, before the relay records
+					// them, when the victim is publishing (else wherever it is).
 					i = rng.IntN(relays)
+					drain(children[i].recorded)
+					select {
+					case <-children[i].recorded:
+						midBatch++
+					case <-time.After(every / 4):
+					}
 					children[i].kill()
 				} else {
 					children[i].stop(t)
@@ -124,8 +141,22 @@ func TestKillStormAndRollingRestart(t *testing.T) {
 			if res.events != aggCount*perAgg || res.lost != 0 || res.phantom != 0 || res.unpublished != 0 {
 				t.Fatalf("events %d (want %d), lost %d, phantom %d, unpublished %d", res.events, aggCount*perAgg, res.lost, res.phantom, res.unpublished)
 			}
-			if dups, bound := res.deliveries-res.distinctDelivered, batchSize*perAggMax*stops; dups > bound {
+			dups := res.deliveries - res.distinctDelivered
+			if bound := batchSize * perAggMax * stops; dups > bound {
 				t.Fatalf("%d duplicates, more than batch size × stops = %d", dups, bound)
+			}
+			// Kills landed mid-batch: their batches were published again.
+			if sig == syscall.SIGKILL && (midBatch == 0 || dups == 0) {
+				t.Fatalf("%d of %d kills landed mid-batch, %d duplicates: the storm did not test what it should", midBatch, stops, dups)
+			}
+			// Aggregates moved between relays as they came and went: some aggregate's
+			// first deliveries came from more than one process, in order (checked above).
+			if tc.mode == relay.Ordered {
+				shared := queryInt(t, pool, `SELECT count(*) FROM (SELECT aggregate_id FROM storm_deliveries GROUP BY aggregate_id HAVING count(DISTINCT pid) > 1) s`)
+				if shared == 0 {
+					t.Fatal("no aggregate was published by more than one relay process")
+				}
+				t.Logf("%d kills mid-batch; %d aggregates published by more than one process", midBatch, shared)
 			}
 			// Both generations did work: relays started during the storm published.
 			var restarted int

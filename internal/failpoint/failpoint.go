@@ -11,14 +11,17 @@ import (
 
 // Names of the relay's failpoints, in the order a batch passes them.
 const (
-	// AfterClaim fires after a batch is claimed (rows locked), before it is published.
+	// AfterClaim fires after a batch is claimed (rows locked, marked published in the
+	// open transaction), before it is published.
 	AfterClaim = "relay/after-claim"
-	// AfterPublish fires after the sink returned, before its acks are looked at.
+	// AfterPublish fires after the sink returned, before its acks are looked at: the
+	// broker has the messages, the relay never saw its answer.
 	AfterPublish = "relay/after-publish"
-	// BeforeMark fires after the acks are sorted into outcomes, before they are written.
+	// BeforeMark fires after the acks are sorted into outcomes, before the round trip
+	// that writes them (the put-back of what was not published, the lease check) and
+	// commits. A crash inside that round trip is injected by tests from the database's
+	// side (a deferred trigger that stalls the COMMIT, and pg_terminate_backend).
 	BeforeMark = "relay/before-mark"
-	// BeforeCommit fires after the outcomes are written, before the claim commits.
-	BeforeCommit = "relay/before-commit"
 )
 
 // ErrCrash is what an armed failpoint usually returns: the relay treats it like its
