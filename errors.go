@@ -18,6 +18,16 @@ var ErrDuplicateID = errors.New("event id already exists")
 // were already written by another event.
 var ErrVersionConflict = errors.New("aggregate version already exists")
 
+// ErrAggregateLockDeadlock is matched by the error Enqueue returns when PostgreSQL broke a
+// deadlock by aborting the caller's transaction while Enqueue waited for an aggregate's
+// lock: this transaction and another each held an aggregate the other was writing. Within
+// one Enqueue call the locks are taken in key order, so it comes from events of several
+// aggregates written by separate calls, in orders two transactions reverse (Enqueue(A)
+// then Enqueue(B) here, Enqueue(B) then Enqueue(A) there). The transaction is aborted:
+// roll it back and retry it; to avoid it, write a transaction's events in one call, or
+// its aggregates in one consistent order.
+var ErrAggregateLockDeadlock = errors.New("deadlock on aggregate locks")
+
 // ValidationError is returned by Enqueue for an event that would be refused. Nothing
 // of the call was written, and the caller's transaction is untouched.
 type ValidationError struct {

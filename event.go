@@ -42,7 +42,10 @@ type Event struct {
 	// TraceParent is a W3C traceparent to link the relay's and consumers' spans to the
 	// producer's. Default: none.
 	TraceParent string
-	// AvailableAt delays delivery until then. Default: now (the transaction's time).
+	// AvailableAt delays delivery until then. Default: now (the transaction's time). In
+	// the relay's ordered mode a delayed event is still its aggregate's next event: the
+	// aggregate's later events wait for it (delay a whole aggregate, or give a reminder
+	// an aggregate of its own).
 	AvailableAt time.Time
 }
 

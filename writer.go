@@ -3,10 +3,12 @@ package outbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox/internal/sqlq"
 )
@@ -116,6 +118,16 @@ func Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 // already exists is skipped and reported in a [*ConflictError] (errors.Is with
 // [ErrDuplicateID] or [ErrVersionConflict]) while the others are written. In both
 // cases tx stays usable. Enqueue never begins, commits or rolls back tx.
+//
+// Unless [WriterConfig.DisableAggregateLock] is set, Enqueue takes a transaction-scoped
+// lock on each aggregate it writes, sorted within the call; events of several aggregates
+// written by separate calls, in orders another transaction reverses, can deadlock: the
+// error then matches [ErrAggregateLockDeadlock] and the transaction must be retried.
+//
+// An event's ID deduplicates only while its row exists: once the relay deletes it
+// (delete-on-publish) or retention purges it, the same ID is accepted, and published,
+// again. A producer that may retry a transaction across that window stays safe because
+// consumers deduplicate by ID too (the inbox).
 func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 	if tx == nil {
 		return errNilTx
@@ -157,13 +169,13 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 	stmt, args := tx.args(w, valid)
 	if !mayConflict {
 		if err := tx.exec(ctx, stmt.plain, args...); err != nil {
-			return fmt.Errorf("enqueue: insert %d events: %w", len(events), err)
+			return insertError(len(events), err)
 		}
 		return nil
 	}
 	inserted, err := tx.queryStrings(ctx, stmt.arbiter, args...)
 	if err != nil {
-		return fmt.Errorf("enqueue: insert %d events: %w", len(events), err)
+		return insertError(len(events), err)
 	}
 	if len(inserted) == len(events) {
 		return nil
@@ -205,4 +217,14 @@ func (w *Writer) conflicts(ctx context.Context, tx Tx, ids []uuid.UUID, inserted
 		}
 	}
 	return cerr
+}
+
+// insertError wraps a failed enqueue statement, saying what a deadlock means.
+func insertError(n int, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+		return fmt.Errorf("enqueue: insert %d events: %w: another transaction holds the lock of an aggregate this one is writing and waits for one this one holds — Enqueue calls of one transaction wrote aggregates in an order another transaction reversed; the transaction is aborted: roll it back and retry it, and write its events in one Enqueue call or its aggregates in a consistent order: %w",
+			n, ErrAggregateLockDeadlock, err)
+	}
+	return fmt.Errorf("enqueue: insert %d events: %w", n, err)
 }

@@ -410,8 +410,9 @@ func TestAggregateLockMakesSeqOrderCommitOrder(t *testing.T) {
 	t.Parallel()
 	// "one": single-event calls with generated ids (the plain single-event statement);
 	// "batch": two-event calls with supplied ids (the batch statement with conflict
-	// handling). Both take the lock the same way.
-	for _, shape := range []string{"one", "batch"} {
+	// handling); "raw-sql": A is a writer of its own SQL, which takes the same lock with
+	// outbox.lock_aggregate before its INSERT. All take the lock the same way.
+	for _, shape := range []string{"one", "batch", "raw-sql"} {
 		for _, lock := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/lock=%v", shape, lock), func(t *testing.T) {
 				t.Parallel()
@@ -442,7 +443,13 @@ func TestAggregateLockMakesSeqOrderCommitOrder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := w.Enqueue(ctx, outbox.PgxTx(txA), call("a")...); err != nil {
+				if shape == "raw-sql" {
+					if lock {
+						mustExec(t, txA, `SELECT outbox.lock_aggregate('order', 'shared')`)
+					}
+					mustExec(t, txA, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload)
+						VALUES (gen_random_uuid(), 'order', 'shared', 'a', '{}')`)
+				} else if err := w.Enqueue(ctx, outbox.PgxTx(txA), call("a")...); err != nil {
 					t.Fatal(err)
 				}
 				var aCommitting atomic.Bool
@@ -584,5 +591,94 @@ func TestEveryFieldStoredThroughBothAdapters(t *testing.T) {
 		if fmt.Sprint(byAdapter[adapter]) != fmt.Sprint(want) {
 			t.Errorf("%s adapter stored\n%q\nwant\n%q", adapter, byAdapter[adapter], want)
 		}
+	}
+}
+
+// Aggregates written by separate Enqueue calls in orders two transactions reverse
+// deadlock on the aggregate locks; the error says so (ErrAggregateLockDeadlock) and what
+// to do, for both adapters.
+func TestEnqueueDeadlockSaysWhatHappened(t *testing.T) {
+	t.Parallel()
+	for _, adapter := range []string{"pgx", "database/sql"} {
+		t.Run(adapter, func(t *testing.T) {
+			t.Parallel()
+			pool := setup(t)
+			ctx := context.Background()
+			db := stdlib.OpenDBFromPool(pool)
+			t.Cleanup(func() { _ = db.Close() })
+			begin := func() (outbox.Tx, func()) {
+				if adapter == "pgx" {
+					tx, err := pool.Begin(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return outbox.PgxTx(tx), func() { _ = tx.Rollback(ctx) }
+				}
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return outbox.SQLTx(tx), func() { _ = tx.Rollback() }
+			}
+			t1, end1 := begin()
+			defer end1()
+			t2, end2 := begin()
+			defer end2()
+			if err := outbox.Enqueue(ctx, t1, event("A")); err != nil {
+				t.Fatal(err)
+			}
+			if err := outbox.Enqueue(ctx, t2, event("B")); err != nil {
+				t.Fatal(err)
+			}
+			first := make(chan error, 1)
+			go func() { first <- outbox.Enqueue(ctx, t1, event("B")) }() // waits for t2
+			waitForLockWait(t, pool)
+			errs := []error{outbox.Enqueue(ctx, t2, event("A"))} // closes the cycle
+			end2()                                               // whichever was aborted, the other goes on
+			errs = append(errs, <-first)
+			var deadlock error
+			for _, err := range errs {
+				if errors.Is(err, outbox.ErrAggregateLockDeadlock) {
+					deadlock = err
+				}
+			}
+			if deadlock == nil {
+				t.Fatalf("errors %v: none matches ErrAggregateLockDeadlock", errs)
+			}
+			if msg := deadlock.Error(); !strings.Contains(msg, "one Enqueue call") || !strings.Contains(msg, "retry") {
+				t.Fatalf("the deadlock error does not say what to do: %s", msg)
+			}
+		})
+	}
+}
+
+// WithTx on a transaction runs a savepoint, whose release is not a commit: after-commit
+// hooks are refused before anything runs, instead of running while the enclosing
+// transaction can still roll back. Without hooks a savepoint works as before.
+func TestWithTxRefusesAfterCommitHooksInASavepoint(t *testing.T) {
+	t.Parallel()
+	pool := setup(t)
+	ctx := context.Background()
+	var ran, hooked atomic.Bool
+	err := outbox.WithTx(ctx, pool, func(outer pgx.Tx) error {
+		err := outbox.WithTx(ctx, outer, func(tx pgx.Tx) error {
+			ran.Store(true)
+			return outbox.Enqueue(ctx, outbox.PgxTx(tx), event("nested"))
+		}, func(context.Context) { hooked.Store(true) })
+		if !errors.Is(err, outbox.ErrAfterCommitInSavepoint) {
+			return fmt.Errorf("WithTx on a tx with a hook: %w, want ErrAfterCommitInSavepoint", err)
+		}
+		return outbox.WithTx(ctx, outer, func(tx pgx.Tx) error { // no hooks: a savepoint
+			return outbox.Enqueue(ctx, outbox.PgxTx(tx), event("nested"))
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran.Load() || hooked.Load() {
+		t.Fatalf("refused WithTx ran fn (%v) or its hook (%v)", ran.Load(), hooked.Load())
+	}
+	if n := count(t, pool, `SELECT count(*) FROM outbox.events WHERE aggregate_id = 'nested'`); n != 1 {
+		t.Fatalf("%d events, want the one from the savepoint without hooks", n)
 	}
 }

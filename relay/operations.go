@@ -44,12 +44,46 @@ func (a Action) validate() (string, error) {
 	return quoted, nil
 }
 
-// Replay makes dead (or discarded) events pending again with a fresh attempt budget,
-// records who and why in the replays table, and returns the ids it replayed; events
-// that are not dead are left alone. In ordered mode a replayed event becomes its
-// aggregate's head again, and the events it held follow it in order.
+// ErrDiscardedEvent is matched by the error Replay returns when asked to replay a
+// discarded event. A discarded event no longer holds its aggregate, so the aggregate's
+// later events may have been published since: publishing it now would break the
+// aggregate's order. Enqueue a new event instead.
+var ErrDiscardedEvent = errors.New("discarded events cannot be replayed")
+
+// Replay makes dead events pending again with a fresh attempt budget, records who and
+// why in the replays table, and returns the ids it replayed; events that are not dead
+// are left alone. In ordered mode a replayed event becomes its aggregate's head again,
+// and the events it held follow it in order. When a.IDs name a discarded event, nothing
+// is replayed and the error matches [ErrDiscardedEvent].
 func Replay(ctx context.Context, pool *pgxpool.Pool, a Action) ([]uuid.UUID, error) {
-	return act(ctx, pool, a, "replay")
+	quoted, err := a.validate()
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	rows, err := pool.Query(ctx, sqlq.Query("replay", quoted), a.IDs, a.Actor, a.Reason)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	var replayed, refused []uuid.UUID
+	var (
+		id        uuid.UUID
+		discarded bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &discarded}, func() error {
+		if discarded {
+			refused = append(refused, id)
+		} else {
+			replayed = append(replayed, id)
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("replay: %w", err)
+	case len(refused) > 0:
+		return nil, fmt.Errorf("replay: %w: %v (nothing was replayed)", ErrDiscardedEvent, refused)
+	}
+	return replayed, nil
 }
 
 // Discard gives up on events that are not published (dead or still pending), records
@@ -57,21 +91,17 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, a Action) ([]uuid.UUID, err
 // and no longer holds its aggregate. An event a relay is publishing right now is
 // waited for: if that publish succeeds, the event is not discarded.
 func Discard(ctx context.Context, pool *pgxpool.Pool, a Action) ([]uuid.UUID, error) {
-	return act(ctx, pool, a, "discard")
-}
-
-func act(ctx context.Context, pool *pgxpool.Pool, a Action, query string) ([]uuid.UUID, error) {
 	quoted, err := a.validate()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", query, err)
+		return nil, fmt.Errorf("discard: %w", err)
 	}
-	rows, err := pool.Query(ctx, sqlq.Query(query, quoted), a.IDs, a.Actor, a.Reason)
+	rows, err := pool.Query(ctx, sqlq.Query("discard", quoted), a.IDs, a.Actor, a.Reason)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", query, err)
+		return nil, fmt.Errorf("discard: %w", err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", query, err)
+		return nil, fmt.Errorf("discard: %w", err)
 	}
 	return ids, nil
 }

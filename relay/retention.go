@@ -30,7 +30,7 @@ func (r *Relay) retain(ctx context.Context) {
 }
 
 // Purge removes (or, in KeepThenArchive mode, archives) events published more than
-// Retention.Keep ago, walking seq in key ranges of Retention.BatchSize, one short
+// Retention.Keep ago by the database's clock, walking seq in key ranges of Retention.BatchSize, one short
 // transaction per range, and returns how many it removed. One relay purges at a time:
 // each range's transaction first takes a transaction-scoped advisory lock, and a relay
 // that does not get it stops (another is purging). Dead and pending events are never
@@ -39,7 +39,7 @@ func (r *Relay) Purge(ctx context.Context) (int64, error) {
 	if r.cfg.Retention.Mode == DeleteOnPublish {
 		return 0, nil
 	}
-	cutoff := time.Now().Add(-r.cfg.Retention.Keep)
+	keepMS := r.cfg.Retention.Keep.Milliseconds() // the cutoff is the database's now() minus this
 	archive := r.cfg.Retention.Mode == KeepThenArchive
 	var (
 		total int64
@@ -54,15 +54,17 @@ func (r *Relay) Purge(ctx context.Context) (int64, error) {
 			newer, locked     bool
 			next              *int64
 		)
-		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, r.q.purgeLock, r.cfg.Schema).Scan(&locked); err != nil || !locked {
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout) // one range, one short transaction
+		err := pgx.BeginFunc(rctx, r.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(rctx, r.q.purgeLock, r.cfg.Schema).Scan(&locked); err != nil || !locked {
 				return err
 			}
-			if err := tx.QueryRow(ctx, r.q.purge, *start, r.cfg.Retention.BatchSize, cutoff, archive).Scan(&deleted, &archived, &newer); err != nil {
+			if err := tx.QueryRow(rctx, r.q.purge, *start, r.cfg.Retention.BatchSize, keepMS, archive).Scan(&deleted, &archived, &newer); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, r.q.purgeNext, *start+int64(r.cfg.Retention.BatchSize)).Scan(&next)
+			return tx.QueryRow(rctx, r.q.purgeNext, *start+int64(r.cfg.Retention.BatchSize)).Scan(&next)
 		})
+		cancel()
 		if err != nil {
 			return total, fmt.Errorf("purge range from seq %d: %w", *start, err)
 		}
