@@ -9,9 +9,12 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,7 +31,16 @@ type Cluster struct {
 
 	bin    string
 	asUser string // "postgres" when running as root, else ""
+	cred   *syscall.Credential
+
+	server *exec.Cmd     // the running postmaster, a child of this process
+	exited chan struct{} // closed when server has exited
 }
+
+// ownerFile, in a cluster's directory, holds the pid of the process that started the
+// cluster: a cluster whose owner is gone is a leftover (its test binary was killed or
+// timed out), and the next StartCluster stops it and removes it.
+const ownerFile = "owner.pid"
 
 // ErrNoServerBinaries is returned when no PostgreSQL server binaries are found.
 var ErrNoServerBinaries = errors.New("pgtest: no PostgreSQL server binaries (initdb, pg_ctl) found on PATH or in /usr/lib/postgresql/*/bin: install postgresql, or set TEST_DATABASE_URL to a server the tests may create databases on")
@@ -57,14 +69,22 @@ func versionOf(binDir string) int {
 
 // StartCluster initialises and starts a new cluster with settings for fast tests
 // (fsync off) and logical replication (wal_level=logical). Stop it with [Cluster.Destroy].
+//
+// The server is a child of this process and dies with it: however the test binary ends
+// (a timeout, a kill), its cluster does not outlive it holding ports and files. Clusters
+// left behind by earlier test processes that ended are stopped and removed first.
 func StartCluster(extraSettings ...string) (*Cluster, error) {
 	bin, err := findBin()
 	if err != nil {
 		return nil, err
 	}
+	removeLeftovers()
 	dir, err := os.MkdirTemp("", "outbox-pgtest-")
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: make cluster dir: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil { //nolint:gosec // a pid, read by other test processes
+		return nil, fmt.Errorf("pgtest: record the cluster's owner: %w", err)
 	}
 	c := &Cluster{Dir: dir, bin: bin}
 	if os.Geteuid() == 0 {
@@ -80,6 +100,7 @@ func StartCluster(extraSettings ...string) (*Cluster, error) {
 			return nil, fmt.Errorf("pgtest: chown cluster dir: %w", err)
 		}
 		c.asUser = "postgres"
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)} //nolint:gosec // ids from /etc/passwd
 	}
 	port, err := freePort()
 	if err != nil {
@@ -137,20 +158,60 @@ func (c *Cluster) run(name string, args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-// Start starts the cluster (again, after [Cluster.Stop]) and waits until it accepts connections.
+// Start starts the cluster (again, after [Cluster.Stop]) and waits until it accepts
+// connections. The postmaster runs as a child of this process that the kernel kills
+// when this process ends (PR_SET_PDEATHSIG); its backends then exit on their own.
 func (c *Cluster) Start() error {
-	if out, err := c.run("pg_ctl", "-D", c.dataDir(), "-l", filepath.Join(c.Dir, "server.log"), "-w", "-t", "60", "start"); err != nil {
-		log, _ := os.ReadFile(filepath.Join(c.Dir, "server.log"))
-		return fmt.Errorf("pgtest: start cluster: %w\n%s\n%s", err, out, log)
+	logFile, err := os.OpenFile(filepath.Join(c.Dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644) //nolint:gosec // our own temp dir
+	if err != nil {
+		return fmt.Errorf("pgtest: open server log: %w", err)
 	}
-	return nil
+	defer func() { _ = logFile.Close() }()
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), "-D", c.dataDir()) //nolint:noctx // lives as long as the cluster
+	cmd.Dir = c.Dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := startOnLockedThread(cmd); err != nil {
+		return fmt.Errorf("pgtest: start postgres: %w", err)
+	}
+	c.server, c.exited = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(c.exited) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if err := c.Ping(context.Background()); err == nil {
+			return nil
+		}
+		select {
+		case <-c.exited:
+			log, _ := os.ReadFile(filepath.Join(c.Dir, "server.log"))
+			return fmt.Errorf("pgtest: postgres exited at start (%v):\n%s", cmd.ProcessState, log)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = c.Stop("immediate")
+			return errors.New("pgtest: postgres did not accept connections within 60s")
+		}
+	}
 }
 
-// Stop stops the cluster; mode is "fast" (graceful) or "immediate" (like a crash).
+// Stop stops the cluster; mode is "smart" or "fast" (graceful) or "immediate" (like a
+// crash), as pg_ctl's modes.
 func (c *Cluster) Stop(mode string) error {
-	if out, err := c.run("pg_ctl", "-D", c.dataDir(), "-m", mode, "-w", "-t", "60", "stop"); err != nil {
-		return fmt.Errorf("pgtest: stop cluster: %w\n%s", err, out)
+	if c.server == nil {
+		return nil
 	}
+	sig := map[string]syscall.Signal{"smart": syscall.SIGTERM, "fast": syscall.SIGINT, "immediate": syscall.SIGQUIT}[mode]
+	if sig == 0 {
+		return fmt.Errorf("pgtest: unknown stop mode %q", mode)
+	}
+	_ = c.server.Process.Signal(sig)
+	select {
+	case <-c.exited:
+	case <-time.After(60 * time.Second):
+		_ = syscall.Kill(-c.server.Process.Pid, syscall.SIGKILL)
+		<-c.exited
+	}
+	c.server = nil
 	return nil
 }
 
@@ -158,6 +219,71 @@ func (c *Cluster) Stop(mode string) error {
 func (c *Cluster) Destroy() error {
 	err := c.Stop("immediate")
 	return errors.Join(err, os.RemoveAll(c.Dir))
+}
+
+// startOnLockedThread starts cmd from one OS thread that lives as long as the process:
+// the kernel sends PR_SET_PDEATHSIG when the *thread* that forked the child ends, and Go
+// may end threads, so a child started from any thread could be killed early.
+func startOnLockedThread(cmd *exec.Cmd) error {
+	starterOnce.Do(func() {
+		starter = make(chan startRequest)
+		go func() {
+			runtime.LockOSThread() // never unlocked: this thread lives as long as the process
+			for req := range starter {
+				req.done <- req.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	starter <- startRequest{cmd, done}
+	return <-done
+}
+
+type startRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+var (
+	starterOnce sync.Once
+	starter     chan startRequest
+)
+
+// removeLeftovers stops and removes the clusters of test processes that are gone.
+func removeLeftovers() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "outbox-pgtest-*"))
+	for _, dir := range dirs {
+		owner, err := readPID(filepath.Join(dir, ownerFile))
+		switch {
+		case err == nil && alive(owner):
+			continue // in use
+		case err != nil:
+			// No owner recorded: being set up right now, or left by a version of this
+			// package that recorded none; the latter once it is a minute old.
+			if info, serr := os.Stat(dir); serr != nil || time.Since(info.ModTime()) < time.Minute {
+				continue
+			}
+		}
+		if pm, err := readPID(filepath.Join(dir, "data", "postmaster.pid")); err == nil && alive(pm) {
+			_ = syscall.Kill(pm, syscall.SIGKILL) // its backends exit when their postmaster dies
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// readPID reads the number on the first line of a pid file.
+func readPID(path string) (int, error) {
+	b, err := os.ReadFile(path) //nolint:gosec // our own temp dirs
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(first))
+}
+
+// alive reports whether a process with this pid exists.
+func alive(pid int) bool {
+	return pid > 0 && (syscall.Kill(pid, 0) == nil || errors.Is(syscall.Kill(pid, 0), syscall.EPERM))
 }
 
 // ConnString returns a connection string for database db over the unix socket.
