@@ -23,10 +23,11 @@ const (
 	// WakeupListen makes the relay hold one dedicated connection that LISTENs on
 	// [outbox.WakeupChannel] for the wake-ups sent by [outbox.Notifier] (after commit,
 	// outside the business transactions) or by the opt-in trigger
-	// ([InstallNotifyTrigger]), and still polls every PollInterval to cover lost
-	// wake-ups. At start a self-test sends itself a notification; when none arrives
-	// (a transaction-pooling PgBouncer swallows LISTEN) the relay logs a warning and
-	// polls only. The default.
+	// ([InstallNotifyTrigger]), and still polls every FallbackPollInterval to cover
+	// lost wake-ups (every PollInterval while the listener reconnects). At start a
+	// self-test sends itself a notification; when none arrives (a transaction-pooling
+	// PgBouncer swallows LISTEN) the relay logs a warning and polls every PollInterval.
+	// The default.
 	WakeupListen Wakeup = "listen"
 	// WakeupPoll makes the relay only poll, every PollInterval; no dedicated connection.
 	WakeupPoll Wakeup = "poll"
@@ -269,7 +270,8 @@ func (l *listener) listen(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // leaseReleasedPayload is the payload of the notification a relay sends when it
-// releases leases (lease_release.sql).
+// releases leases (lease_release.sql) or joins the relays of its schema (its first
+// heartbeat, lease_beat.sql): the others' lease rounds run at once.
 const leaseReleasedPayload = "lease"
 
 // notified routes a wake-up notification: a lease release wakes the lease loop (which

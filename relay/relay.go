@@ -366,7 +366,7 @@ const settleAttempts = 3
 // nil: everything went out) the put-back of the rows whose messages were not published;
 // then COMMIT. A put-back runs behind a savepoint: a serialization failure or deadlock
 // (40001, 40P01) rolls back to it, keeping the claim's row locks, and it is retried, so
-// the batch is not published a second time (TESTPLAN #15).
+// the batch is not published a second time.
 func (r *Relay) commit(ctx context.Context, tx *batchTx, back []any, parts []int, epochs []int64) (fenced bool, err error) {
 	for attempt := 1; ; attempt++ {
 		b := &pgx.Batch{}
