@@ -45,6 +45,8 @@ type childConfig struct {
 	Receipts   string // record sink: file for the receipts
 	Timeout    time.Duration
 	JITOff     bool // SET jit = off in the relays' sessions
+	// Cold: the relays start at GO (not before READY): no lease held, no peer counted.
+	Cold bool
 }
 
 // childResult is what a child reports.
@@ -113,20 +115,25 @@ func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
 	}
 	runCtx, stopRelays := context.WithCancel(ctx)
 	defer stopRelays()
-	for i, r := range relays {
-		wg.Go(func() {
-			if err := r.Run(runCtx); err != nil {
-				errMu.Lock()
-				runErr = errors.Join(runErr, fmt.Errorf("relay %d: %w", i, err))
-				errMu.Unlock()
-				stopRelays()
-			}
-		})
+	startRelays := func() {
+		for i, r := range relays {
+			wg.Go(func() {
+				if err := r.Run(runCtx); err != nil {
+					errMu.Lock()
+					runErr = errors.Join(runErr, fmt.Errorf("relay %d: %w", i, err))
+					errMu.Unlock()
+					stopRelays()
+				}
+			})
+		}
 	}
-	if err := waitReady(runCtx, cfg, relays); err != nil {
-		stopRelays()
-		wg.Wait()
-		return errors.Join(err, runErr)
+	if !cfg.Cold {
+		startRelays()
+		if err := waitReady(runCtx, cfg, relays); err != nil {
+			stopRelays()
+			wg.Wait()
+			return errors.Join(err, runErr)
+		}
 	}
 	if _, err := fmt.Fprintln(out, "READY"); err != nil {
 		return fmt.Errorf("report ready: %w", err)
@@ -160,6 +167,9 @@ wait:
 					return err
 				}
 				defer pprof.StopCPUProfile()
+				if cfg.Cold {
+					startRelays()
+				}
 				for _, r := range relays {
 					r.Wake()
 				}
