@@ -6,12 +6,15 @@ GOLANGCI_LINT := $(GOBIN)/golangci-lint
 # Every module of the go.work, in order.
 MODULES := $(shell go list -m -f '{{.Dir}}' | sed "s|^$(CURDIR)|.|")
 
-.PHONY: help test vet lint unit bench tools tidy
+.PHONY: help test vet lint unit fuzz fuzz-short bench tools tidy
+
+# FUZZTIME bounds each fuzz target: short in `make test`, longer with `make fuzz`.
+FUZZTIME ?= 15s
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-test: vet lint unit ## go vet, golangci-lint and go test -race over every module
+test: vet lint unit fuzz-short ## go vet, golangci-lint, go test -race over every module, and the fuzz targets briefly
 
 vet: ## go vet every module
 	@for m in $(MODULES); do echo "== vet $$m"; (cd $$m && go vet ./...) || exit 1; done
@@ -21,6 +24,12 @@ lint: tools ## golangci-lint (pinned) every module, and check each go.mod is tid
 
 unit: ## go test -race every module
 	@for m in $(MODULES); do echo "== test $$m"; (cd $$m && go test -race -count=1 -timeout 20m ./...) || exit 1; done
+
+fuzz-short: ## every fuzz target of the root module for $(FUZZTIME) (15s)
+	@for f in $$(go test -list '^Fuzz' . | grep '^Fuzz'); do echo "== fuzz $$f"; go test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) . || exit 1; done
+
+fuzz: ## every fuzz target of the root module for 5 minutes
+	@$(MAKE) --no-print-directory fuzz-short FUZZTIME=5m
 
 bench: ## benchmark programs and Go benchmarks; writes bench/RESULTS.md
 	cd bench && go run ./cmd/writerbench -out RESULTS.md

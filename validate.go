@@ -2,8 +2,11 @@ package outbox
 
 import (
 	"fmt"
+	"math"
+	"mime"
 	"regexp"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -17,16 +20,28 @@ const (
 	maxAggregateTypeBytes = 255
 	maxAggregateIDBytes   = 1024
 	maxEventTypeBytes     = 255
-	maxTopicBytes         = 1024
-	maxContentTypeBytes   = 255
-	maxHeaderNameBytes    = 255
-	maxHeadersBytes       = 64 << 10
+	// maxTopicBytes is Kafka's limit on a topic name, the strictest of the brokers'.
+	maxTopicBytes       = 249
+	maxContentTypeBytes = 255
+	maxHeaderNameBytes  = 255
+	maxHeadersBytes     = 64 << 10
+	// maxAvailableYear bounds AvailableAt: PostgreSQL's timestamptz ends in year 294276,
+	// and far before that a time no longer fits the drivers' microsecond counts.
+	maxAvailableYear = 9999
 )
 
-// traceParentPattern is the W3C Trace Context traceparent header, version 00 or later.
-var traceParentPattern = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$`)
+// traceParentPattern is the W3C Trace Context traceparent header: version, trace id,
+// parent id and flags in lowercase hex; a version after 00 may append fields of lowercase
+// hex and dashes.
+var traceParentPattern = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[0-9a-f-]*)?$`)
 
-// isJSONContentType reports whether payloads of this content type are stored as jsonb.
+// topicPattern is what Event.Topic may hold: what every broker takes as a topic,
+// subject or routing key as it is (Kafka's topic characters), with no empty
+// dot-separated token (NATS subjects and RabbitMQ topic keys have none).
+var topicPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+
+// isJSONContentType reports whether payloads of this content type are stored as JSON
+// (the payload column, of type json), rather than as bytes.
 func isJSONContentType(ct string) bool {
 	mt, _, _ := strings.Cut(ct, ";")
 	mt = strings.ToLower(strings.TrimSpace(mt))
@@ -42,12 +57,13 @@ func (w *Writer) validate(index int, e Event) (Event, error) {
 		name, value string
 		max         int
 		required    bool
+		check       func(string) string // beyond text: why the value is refused, or ""
 	}{
-		{"AggregateType", e.AggregateType, maxAggregateTypeBytes, true},
-		{"AggregateID", e.AggregateID, maxAggregateIDBytes, true},
-		{"EventType", e.EventType, maxEventTypeBytes, true},
-		{"Topic", e.Topic, maxTopicBytes, false},
-		{"ContentType", e.ContentType, maxContentTypeBytes, false},
+		{"AggregateType", e.AggregateType, maxAggregateTypeBytes, true, checkName},
+		{"AggregateID", e.AggregateID, maxAggregateIDBytes, true, checkNoControls},
+		{"EventType", e.EventType, maxEventTypeBytes, true, checkName},
+		{"Topic", e.Topic, maxTopicBytes, false, checkTopic},
+		{"ContentType", e.ContentType, maxContentTypeBytes, false, checkContentType},
 	} {
 		if f.value == "" {
 			if f.required {
@@ -58,6 +74,9 @@ func (w *Writer) validate(index int, e Event) (Event, error) {
 		if reason := checkText(f.value, f.max); reason != "" {
 			return fail(f.name, "%s", reason)
 		}
+		if reason := f.check(f.value); reason != "" {
+			return fail(f.name, "%s", reason)
+		}
 	}
 	if e.AggregateVersion < 0 {
 		return fail("AggregateVersion", "must be 0 (no version) or at least 1, got %d", e.AggregateVersion)
@@ -65,11 +84,18 @@ func (w *Writer) validate(index int, e Event) (Event, error) {
 	switch {
 	case e.SchemaVersion == 0:
 		e.SchemaVersion = 1
-	case e.SchemaVersion < 1:
-		return fail("SchemaVersion", "must be at least 1, got %d", e.SchemaVersion)
+	case e.SchemaVersion < 1 || e.SchemaVersion > math.MaxInt32:
+		return fail("SchemaVersion", "must be between 1 and %d, got %d", math.MaxInt32, e.SchemaVersion)
 	}
-	if e.TraceParent != "" && !traceParentPattern.MatchString(e.TraceParent) {
-		return fail("TraceParent", "is not a W3C traceparent (version-traceid-spanid-flags in lowercase hex)")
+	if e.TraceParent != "" {
+		if reason := checkTraceParent(e.TraceParent); reason != "" {
+			return fail("TraceParent", "%s", reason)
+		}
+	}
+	if !e.AvailableAt.IsZero() {
+		if y := e.AvailableAt.UTC().Year(); y < 1 || y > maxAvailableYear {
+			return fail("AvailableAt", "must be between year 1 and year %d, got %s", maxAvailableYear, e.AvailableAt.UTC().Format(time.RFC3339))
+		}
 	}
 	total := 0
 	for name, value := range e.Headers {
@@ -111,6 +137,62 @@ func checkText(s string, maxBytes int) string {
 		return "is not valid UTF-8"
 	case strings.IndexByte(s, 0) >= 0:
 		return "contains a NUL byte, which PostgreSQL text cannot store"
+	}
+	return ""
+}
+
+// checkName returns why an aggregate or event type is refused, or "": it becomes part of
+// topics, subjects and routing keys (by a sink's template) and a header value, so it holds
+// no whitespace, no control character and neither of the wildcards * and >.
+func checkName(s string) string {
+	if i := strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) || r == '*' || r == '>' }); i >= 0 {
+		return fmt.Sprintf("must not contain whitespace, control characters or the wildcards * and > (it becomes part of topics, subjects and routing keys): %q at byte %d", []rune(s[i:])[0], i)
+	}
+	return ""
+}
+
+// checkNoControls returns why a value that becomes a header or a message key is
+// refused, or "": it holds no control character (CR, LF, tab, …).
+func checkNoControls(s string) string {
+	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+		return fmt.Sprintf("must not contain control characters (it becomes a header and a message key): %q at byte %d", []rune(s[i:])[0], i)
+	}
+	return ""
+}
+
+// checkTopic returns why a topic override is refused, or "".
+func checkTopic(s string) string {
+	if !topicPattern.MatchString(s) {
+		return "must be ASCII letters, digits, '_' and '-', in tokens separated by single dots (what every broker takes as a topic, subject or routing key as it is)"
+	}
+	return ""
+}
+
+// checkContentType returns why a content type is refused, or "": a media type as HTTP
+// writes it (type/subtype, optional parameters), printable ASCII.
+func checkContentType(s string) string {
+	if i := strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e }); i >= 0 {
+		return fmt.Sprintf("must be printable ASCII (it becomes a header): %q at byte %d", []rune(s[i:])[0], i)
+	}
+	mt, _, err := mime.ParseMediaType(s)
+	if err != nil || !strings.Contains(mt, "/") {
+		return "is not a media type (type/subtype, e.g. application/json or application/vnd.acme+json; charset=utf-8)"
+	}
+	return ""
+}
+
+// checkTraceParent returns why a traceparent is refused, or "".
+func checkTraceParent(s string) string {
+	const want = "is not a W3C traceparent (version-traceid-parentid-flags in lowercase hex, e.g. 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01)"
+	switch {
+	case !traceParentPattern.MatchString(s):
+		return want
+	case s[:2] == "ff":
+		return want + ": version ff is invalid"
+	case s[:2] == "00" && len(s) != 55:
+		return want + ": version 00 has no further fields"
+	case s[3:35] == strings.Repeat("0", 32) || s[36:52] == strings.Repeat("0", 16):
+		return want + ": an all-zero trace id or parent id is invalid"
 	}
 	return ""
 }

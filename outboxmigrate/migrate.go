@@ -10,6 +10,7 @@ package outboxmigrate
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -29,6 +30,12 @@ var migrationFiles embed.FS
 
 // lockClass is the advisory-lock class of migrations ('outm'); the key is a hash of the schema.
 const lockClass = 1869968749
+
+// ErrNotUTF8 is returned by Migrate for a database whose encoding is not UTF8. Events are
+// UTF-8 (JSON payloads, names, headers); in another encoding a payload would reach the
+// sink converted (a LATIN1 database sends "café" as "cafÃ©"), or fail for characters the
+// encoding lacks. Create the database with ENCODING 'UTF8'.
+var ErrNotUTF8 = errors.New("the database's encoding is not UTF8: create it with ENCODING 'UTF8' (CREATE DATABASE … ENCODING 'UTF8' TEMPLATE template0)")
 
 // Config configures a [Migrator]. Nil means the defaults.
 type Config struct {
@@ -131,6 +138,13 @@ func (m *Migrator) Migrate(ctx context.Context, db interface {
 ) (Result, error) {
 	var res Result
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var encoding string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&encoding); err != nil {
+			return fmt.Errorf("read the database's encoding: %w", err)
+		}
+		if encoding != "UTF8" {
+			return fmt.Errorf("%w: it is %s", ErrNotUTF8, encoding)
+		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", lockClass, m.lockKey()); err != nil {
 			return fmt.Errorf("take migration lock: %w", err)
 		}

@@ -2,6 +2,7 @@ package outboxmigrate_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -157,5 +158,41 @@ func TestPartitionColumnMatchesPartitionOf(t *testing.T) {
 	}
 	if distinct < 1500 {
 		t.Fatalf("2000 keys fell into only %d partitions: the hash does not spread", distinct)
+	}
+}
+
+// A database whose encoding is not UTF8 is refused, with an error that says so and what
+// to do, before anything is created: its payloads would reach the sink converted.
+func TestMigrateRefusesANonUTF8Database(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	connString := pgtest.ConnString(t, &pgtest.Options{Empty: true})
+	admin := pgtest.PoolFor(t, connString)
+	name := "latin1_" + strings.ReplaceAll(strings.ToLower(t.Name()), "/", "_")
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name+` ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP DATABASE `+name+` WITH (FORCE)`) })
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Database = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	m, err := outboxmigrate.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Migrate(ctx, pool)
+	if !errors.Is(err, outboxmigrate.ErrNotUTF8) || !strings.Contains(err.Error(), "LATIN1") {
+		t.Fatalf("Migrate on a LATIN1 database: %v; want ErrNotUTF8 naming LATIN1", err)
+	}
+	var schemas int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = 'outbox'`).Scan(&schemas); err != nil || schemas != 0 {
+		t.Fatalf("the refused migration left schema outbox (%d, %v)", schemas, err)
 	}
 }

@@ -64,6 +64,12 @@ type Relay struct {
 	// Concurrency workers run batches now; the others wait.
 	shareWorkers bool
 	workers      atomic.Int32
+
+	// narrow halves the next claims' sizes this many times, after claims that failed
+	// with no single row to blame (poison.go).
+	narrow atomic.Int32
+	// succeeded counts the claims that succeeded since the last narrowing.
+	succeeded atomic.Int32
 }
 
 // queries holds the relay's SQL rendered for its schema.
@@ -75,11 +81,14 @@ type queries struct {
 	leaseAcquire, probe         string
 	leaseRelease                string
 	leaseNextExpiry             string
+	// a claim that failed on a row's content: poison.go
+	poisonCandidates, poisonTry, poisonPark, poisonBySize string
 }
 
-func newQueries(quoted, claim, unclaim string) queries {
+func newQueries(quoted, claim, unclaim, candidates, try string) queries {
 	q := func(name string) string { return sqlq.Query(name, quoted) }
 	return queries{
+		poisonCandidates: q(candidates), poisonTry: q(try), poisonPark: q("poison_park"), poisonBySize: q("poison_by_size"),
 		claim: q(claim), fence: q("fence"), config: q("relay_config"), unclaim: q(unclaim),
 		purge: q("purge"), purgeNext: q("purge_next"), purgeLock: q("purge_lock"),
 		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"), probe: q("probe"),
@@ -113,12 +122,12 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	}
 	// The claim statement marks (or deletes) what it claims as published; what the sink
 	// does not take is put back before the commit (ADR 0004).
-	claim, unclaim := "claim_ordered", "unclaim_keep"
+	claim, unclaim, candidates, try := "claim_ordered", "unclaim_keep", "poison_candidates_ordered", "poison_try_keep"
 	if c.Mode == Unordered {
-		claim = "claim_unordered"
+		claim, candidates = "claim_unordered", "poison_candidates_unordered"
 	}
 	if c.Retention.Mode == DeleteOnPublish {
-		claim, unclaim = claim+"_delete", "unclaim_delete"
+		claim, unclaim, try = claim+"_delete", "unclaim_delete", "poison_try_delete"
 	}
 	// A claim transaction is idle while the sink publishes; past the batch's budget plus
 	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
@@ -134,7 +143,7 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 		leases:        leaseSet{owned: map[int]*lease{}, handBack: make(chan struct{}, 1)},
 		leaseWake:     make(chan struct{}, 1),
 		wakeupChannel: outbox.WakeupChannel(c.Schema),
-		q:             newQueries(quoted, claim, unclaim),
+		q:             newQueries(quoted, claim, unclaim, candidates, try),
 		iitTimeout:    fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds()),
 		shareWorkers:  shareWorkers && c.Concurrency > 1,
 	}
@@ -456,8 +465,9 @@ func (r *Relay) runBatch(ctx context.Context) (batchResult, error) {
 
 	c, err := r.claim(ctx, tx, scope)
 	if err != nil {
-		return res, err
+		return r.claimFailed(ctx, tx, scope, err)
 	}
+	r.widenClaims()
 	msgs, bad := c.msgs, c.bad
 	res.claimed = len(msgs) + len(bad) + len(c.skipped)
 	if res.claimed == 0 {
@@ -547,6 +557,8 @@ type claimedBatch struct {
 	// rows holds, in delete-on-publish, what unclaim needs to put a row back whole, in
 	// seq order.
 	rows []claimedRow
+	// aggregates is, in ordered mode, how many aggregates the claim took rows of.
+	aggregates int
 }
 
 // claimSettings are set in every claim transaction.
@@ -561,42 +573,78 @@ var claimSettings = []string{"SET LOCAL jit = off", "SET LOCAL enable_seqscan = 
 // claim runs the claim statement and returns what it claimed: in ordered mode, per
 // aggregate, the contiguous prefix of locked, available rows (the statement cuts it).
 func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBatch, error) {
-	var c claimedBatch
 	batch := &pgx.Batch{}
 	batch.Queue(r.iitTimeout)
 	for _, set := range claimSettings {
 		batch.Queue(set)
 	}
-	deleteOnPublish := r.cfg.Retention.Mode == DeleteOnPublish
-	var heads headPlan
-	batchCap := r.cfg.BatchSize
-	if r.cfg.Mode == Ordered {
-		// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
-		heads = r.heads.plan(scope, min(r.cfg.BatchSize, r.cfg.MaxBatchEvents), r.cfg.Partitions)
-		batchCap = r.cfg.MaxBatchEvents
-		batch.Queue(r.q.claim, scope, heads.limit, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, r.cfg.MaxBatchEvents, r.cfg.Partitions, heads.discover)
-	} else {
-		batch.Queue(r.q.claim, r.cfg.BatchSize)
-	}
+	q := r.claimQuery(scope)
+	batch.Queue(r.q.claim, q.args...)
 	br := tx.begin(ctx, batch)
 	defer func() { _ = br.Close() }()
 	for range 2 + len(claimSettings) { // BEGIN, the timeout, the settings
 		if _, err := br.Exec(); err != nil {
-			return c, fmt.Errorf("claim: begin: %w", err)
+			return claimedBatch{}, fmt.Errorf("claim: begin: %w", err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return c, fmt.Errorf("claim batch: %w", err)
+		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
 	}
+	read, err := r.readClaimed(rows, q.capacity)
+	if err != nil {
+		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	c := r.assemble(read)
+	if r.cfg.Mode == Ordered {
+		// Each aggregate in the batch came with its head.
+		r.heads.observe(scope, q.heads, c.aggregates, len(read.msgs))
+	}
+	return c, nil
+}
+
+// claimQuery is a claim's arguments for its scope, and what it may return at most.
+type claimQuery struct {
+	args     []any
+	heads    headPlan // ordered mode
+	capacity int      // most rows the claim returns
+}
+
+// claimQuery returns the arguments of the next claim in scope: BatchSize and
+// MaxBatchEvents, halved as often as failed claims asked (narrowClaims).
+func (r *Relay) claimQuery(scope []int) claimQuery {
+	batchSize, maxEvents := r.narrowed(r.cfg.BatchSize), r.narrowed(r.cfg.MaxBatchEvents)
+	if r.cfg.Mode != Ordered {
+		return claimQuery{args: []any{batchSize}, capacity: batchSize}
+	}
+	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
+	heads := r.heads.plan(scope, min(batchSize, maxEvents), r.cfg.Partitions)
+	return claimQuery{
+		args:  []any{scope, heads.limit, r.cfg.MaxPerAggregate, r.cfg.PublishPastDead, maxEvents, r.cfg.Partitions, heads.discover},
+		heads: heads, capacity: maxEvents,
+	}
+}
+
+// readRows is what a claim statement returned, row by row, in its order.
+type readRows struct {
+	msgs    []outbox.Message
+	headers [][]byte     // each message's headers as stored (JSON text)
+	rows    []claimedRow // delete-on-publish: what putting each row back needs
+}
+
+// readClaimed reads the rows of a claim statement (claim_columns.sql's columns, then the
+// attempts before the claim). A value that cannot be read (written out of band: a time
+// out of Go's range, say) fails with a *readError.
+func (r *Relay) readClaimed(rows pgx.Rows, capacity int) (readRows, error) {
+	defer rows.Close()
 	var (
-		msgs        []outbox.Message
-		headers     [][]byte   // each message's headers as stored (JSON text)
+		out         readRows
 		spare       claimedRow // a row's put-back columns when they are not kept
 		traceParent *string
 	)
-	if deleteOnPublish {
-		c.rows = make([]claimedRow, 0, batchCap)
+	keepRows := r.cfg.Retention.Mode == DeleteOnPublish
+	if keepRows {
+		out.rows = make([]claimedRow, 0, capacity)
 	}
 	// Rows are scanned into their slots, the few distinct types and topics are shared and
 	// the id is read as bytes (uuid.UUID is an sql.Scanner, which pgx feeds a string to
@@ -604,47 +652,51 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 	texts := textInterner{}
 	aggType, eventType, topic, contentType := texts.column(), texts.column(), texts.column(), texts.column()
 	for rows.Next() {
-		if msgs == nil { // sized once, for a full batch: growing them cost a tenth of a drain's CPU
-			msgs, headers = make([]outbox.Message, 0, batchCap), make([][]byte, 0, batchCap)
+		if out.msgs == nil { // sized once, for a full batch: growing them cost a tenth of a drain's CPU
+			out.msgs, out.headers = make([]outbox.Message, 0, capacity), make([][]byte, 0, capacity)
 		}
-		msgs, headers = append(msgs, outbox.Message{}), append(headers, nil)
-		m, h := &msgs[len(msgs)-1], &headers[len(headers)-1]
+		out.msgs, out.headers = append(out.msgs, outbox.Message{}), append(out.headers, nil)
+		m, h := &out.msgs[len(out.msgs)-1], &out.headers[len(out.headers)-1]
 		row := &spare
-		if c.rows != nil {
-			c.rows = append(c.rows, claimedRow{})
-			row = &c.rows[len(c.rows)-1]
+		if keepRows {
+			out.rows = append(out.rows, claimedRow{})
+			row = &out.rows[len(out.rows)-1]
 		}
 		aggType.dst, eventType.dst, topic.dst, contentType.dst = &m.AggregateType, &m.EventType, &m.Topic, &m.ContentType
 		if err := rows.Scan(
 			&m.Seq, (*[16]byte)(&m.ID), aggType, &m.AggregateID, &m.AggregateVersion, eventType,
 			&m.SchemaVersion, topic, h, contentType, &m.Payload, &traceParent, &m.CreatedAt,
-			&row.attempts, &row.availableAt, &row.lastError, &row.payloadJSON,
+			&row.availableAt, &row.lastError, &row.payloadJSON, &row.attempts,
 		); err != nil {
-			rows.Close()
-			return c, fmt.Errorf("claim batch: read row: %w", err)
+			return out, &readError{err}
 		}
 		m.Attempt = row.attempts + 1
 		if traceParent != nil {
 			m.TraceParent = *traceParent
 		}
-		if c.rows != nil {
+		if keepRows {
 			row.headers, row.traceParent, row.seq = *h, traceParent, m.Seq
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return c, fmt.Errorf("claim batch: %w", err)
-	}
-	// Hand the messages to the sink in seq order, so each aggregate's are in write order.
+	return out, rows.Err()
+}
+
+// assemble turns the rows a claim read into a batch: messages in seq order (so each
+// aggregate's are in write order), headers decoded. A row whose headers do not decode
+// (written out of band) fails alone, dead with the reason; in ordered mode the later
+// rows of its aggregate in the batch are skipped (put back untouched).
+func (r *Relay) assemble(read readRows) claimedBatch {
+	msgs, headers := read.msgs, read.headers
+	c := claimedBatch{rows: read.rows}
 	if !slices.IsSortedFunc(msgs, func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) }) {
 		msgs, headers = sortBySeq(msgs, headers)
 		slices.SortFunc(c.rows, func(a, b claimedRow) int { return cmp.Compare(a.seq, b.seq) })
 	}
-	type aggKey struct{ typ, id string }
-	var cut map[aggKey]bool // ordered mode: aggregates with an undecodable row in this batch
-	aggs := map[aggKey]struct{}{}
+	var cut map[aggregateKey]bool // ordered mode: aggregates with an undecodable row in this batch
+	aggs := map[aggregateKey]struct{}{}
 	n := 0 // msgs[:n] are the messages to publish
 	for i, m := range msgs {
-		k := aggKey{m.AggregateType, m.AggregateID}
+		k := keyOf(m)
 		if r.cfg.Mode == Ordered {
 			aggs[k] = struct{}{}
 			if cut[k] {
@@ -652,15 +704,13 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 				continue
 			}
 		}
-		// A row written out of band (raw SQL, another language) may not decode: it
-		// fails alone, dead with the reason; the rest of the batch goes on.
 		if string(headers[i]) == "{}" {
 			// the common case: no headers, nothing to decode
 		} else if err := json.Unmarshal(headers[i], &m.Headers); err != nil {
 			c.bad = append(c.bad, badRow{m, "undecodable row: headers must be a JSON object of strings: " + err.Error()})
 			if r.cfg.Mode == Ordered {
 				if cut == nil {
-					cut = map[aggKey]bool{}
+					cut = map[aggregateKey]bool{}
 				}
 				cut[k] = true
 			}
@@ -669,12 +719,8 @@ func (r *Relay) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBat
 		msgs[n] = m
 		n++
 	}
-	c.msgs = msgs[:n]
-	if r.cfg.Mode == Ordered {
-		// Each aggregate in the batch came with its head.
-		r.heads.observe(scope, heads, len(aggs), len(msgs))
-	}
-	return c, nil
+	c.msgs, c.aggregates = msgs[:n], len(aggs)
+	return c
 }
 
 // sortBySeq returns msgs and their headers sorted by seq.

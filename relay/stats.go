@@ -37,6 +37,10 @@ type Stats struct {
 	// SettleRetries counts put-backs of unpublished rows retried after a serialization
 	// failure or deadlock.
 	SettleRetries int64
+	// PoisonRows counts rows parked dead because every claim including them failed (a
+	// value the server cannot render, a trigger that raises, a value the relay cannot
+	// read); Dead counts them too.
+	PoisonRows int64
 	// AbandonedBatches counts batches dropped unpublished because the lease might have
 	// expired while the batch was being claimed (a pause, a slow database).
 	AbandonedBatches int64
@@ -53,6 +57,7 @@ type Stats struct {
 type counters struct {
 	published, retried, dead, batches, breakerOpens, sinkDownBatches, errors, purged                         atomic.Int64
 	leasesAcquired, leasesRescued, leasesLost, leasesReleased, fencedWrites, abandonedBatches, settleRetries atomic.Int64
+	poisonRows                                                                                               atomic.Int64
 }
 
 func (c *counters) add(res batchResult) {
@@ -70,7 +75,7 @@ func (r *Relay) Stats() Stats {
 		BreakerOpens: c.breakerOpens.Load(), SinkDownBatches: c.sinkDownBatches.Load(), Errors: c.errors.Load(),
 		Purged: c.purged.Load(), LeasesAcquired: c.leasesAcquired.Load(), LeasesRescued: c.leasesRescued.Load(),
 		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
-		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(),
+		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(), PoisonRows: c.poisonRows.Load(),
 		WakeupListening: r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
 		Workers:         int(r.workers.Load()),
 	}

@@ -89,6 +89,17 @@ func text(name string) string {
 		return string(b)
 	}
 	return include.ReplaceAllStringFunc(read(name), func(m string) string {
-		return read(include.FindStringSubmatch(m)[1])
+		return part(read(include.FindStringSubmatch(m)[1]))
 	})
+}
+
+// part is an included file as it goes into the including statement: without its header
+// comment (the lines before the first that is not a comment, which describe the file)
+// and without its final newline, so it can stand inside a line.
+func part(text string) string {
+	for strings.HasPrefix(text, "--") {
+		_, rest, _ := strings.Cut(text, "\n")
+		text = rest
+	}
+	return strings.TrimRight(text, "\n")
 }

@@ -47,13 +47,24 @@ const (
 	modeMinimal             // plus one INSERT into minimal_events
 	modeRaw                 // plus one hand-written INSERT into outbox.events
 	modeOutbox              // plus one outbox.Enqueue
+	modeOutboxJSONB         // plus one outbox.Enqueue into a schema whose payload column is jsonb
 )
 
-var modes = []mode{modeBase, modeMinimal, modeRaw, modeOutbox}
+var modes = []mode{modeBase, modeMinimal, modeRaw, modeOutbox, modeOutboxJSONB}
 
 func (m mode) String() string {
-	return [...]string{"business only", "+ minimal insert", "+ raw events insert", "+ outbox.Enqueue"}[m]
+	return [...]string{"business only", "+ minimal insert", "+ raw events insert", "+ outbox.Enqueue", "+ outbox.Enqueue (jsonb payload)"}[m]
 }
+
+// jsonbWriter enqueues into benchdb.JSONBSchema, whose payload column was altered back
+// to jsonb: what keeping the payload as written (json, the default) saves or costs.
+var jsonbWriter = func() *outbox.Writer {
+	w, err := outbox.NewWriter(&outbox.WriterConfig{Schema: benchdb.JSONBSchema})
+	if err != nil {
+		panic(err)
+	}
+	return w
+}()
 
 type options struct {
 	dsn      string
@@ -181,6 +192,10 @@ func businessTx(ctx context.Context, pool *pgxpool.Pool, m mode, id int) error {
 	case modeOutbox:
 		if err := outbox.Enqueue(ctx, outbox.PgxTx(tx), benchdb.Event(id)); err != nil {
 			return fmt.Errorf("enqueue: %w", err)
+		}
+	case modeOutboxJSONB:
+		if err := jsonbWriter.Enqueue(ctx, outbox.PgxTx(tx), benchdb.Event(id)); err != nil {
+			return fmt.Errorf("enqueue (jsonb): %w", err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

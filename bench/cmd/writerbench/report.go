@@ -68,6 +68,15 @@ func (r report) markdown() string {
 		p("| %d | %.0f | %.0f | %.1f%% | %.0f | %.1f%% | %.0f | %.1f%% | %+.1f pts | %+.1f pts |\n", clients, base, minimal, cm, raw, cr, ob, co, co-cm, co-cr)
 	}
 
+	p("\n### Payload as written (json) vs jsonb\n\n")
+	p("The same `outbox.Enqueue`, into the default schema (payload column json: kept as written, checked as JSON) and into a schema whose payload column was altered back to jsonb (parsed into its binary form, rendered again when read).\n\n")
+	p("| clients | + outbox.Enqueue, json (tx/s) | + outbox.Enqueue, jsonb (tx/s) | json cost | jsonb cost | json − jsonb |\n|---:|---:|---:|---:|---:|---:|\n")
+	for ci, clients := range clientCounts {
+		base := benchreport.Median(r.tps[ci][modeBase])
+		js, jb := benchreport.Median(r.tps[ci][modeOutbox]), benchreport.Median(r.tps[ci][modeOutboxJSONB])
+		p("| %d | %.0f | %.0f | %.1f%% | %.1f%% | %+.1f pts |\n", clients, js, jb, cost(base, js), cost(base, jb), cost(base, js)-cost(base, jb))
+	}
+
 	batchEnq := make([]float64, 2)
 	batchTx := make([]float64, 2)
 	for i, runs := range r.batch {

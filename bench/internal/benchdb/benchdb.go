@@ -103,13 +103,22 @@ func Open(ctx context.Context, dsn, name string, maxConns int32, params map[stri
 	return pool, nil
 }
 
+// JSONBSchema is a second outbox schema whose payload column is jsonb (the type the
+// payload had before migration 0005, and what a deployment may alter it back to).
+const JSONBSchema = "outbox_jsonb"
+
 func prepare(ctx context.Context, pool *pgxpool.Pool) error {
-	m, err := outboxmigrate.New(nil)
-	if err != nil {
-		return fmt.Errorf("new migrator: %w", err)
+	for _, schema := range []string{"outbox", JSONBSchema} {
+		m, err := outboxmigrate.New(&outboxmigrate.Config{Schema: schema})
+		if err != nil {
+			return fmt.Errorf("new migrator: %w", err)
+		}
+		if _, err := m.Migrate(ctx, pool); err != nil {
+			return err
+		}
 	}
-	if _, err := m.Migrate(ctx, pool); err != nil {
-		return err
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+JSONBSchema+".events ALTER COLUMN payload TYPE jsonb USING payload::jsonb"); err != nil {
+		return fmt.Errorf("make %s's payload jsonb: %w", JSONBSchema, err)
 	}
 	if _, err := pool.Exec(ctx, schemaSQL); err != nil {
 		return fmt.Errorf("create benchmark tables: %w", err)
@@ -127,7 +136,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool) error {
 // so that every measurement starts from the same state whatever ran before it.
 func Reset(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, q := range []string{
-		"TRUNCATE outbox.events, minimal_events RESTART IDENTITY",
+		"TRUNCATE outbox.events, " + JSONBSchema + ".events, minimal_events RESTART IDENTITY",
 		"VACUUM ANALYZE accounts",
 		"CHECKPOINT",
 	} {

@@ -1,6 +1,7 @@
 -- claim_ordered_pick: the rows an ordered claim takes, as the CTE claimed (their ctids),
--- locked. Not a statement: claim_ordered.sql (mark the rows published) and
--- claim_ordered_delete.sql (delete them) include it and finish it, so the marking or
+-- locked. Not a statement: claim_ordered.sql (mark the rows published),
+-- claim_ordered_delete.sql (delete them) and poison_candidates_ordered.sql (list them)
+-- include it and finish it, so the marking or
 -- deleting statement is the top-level one and its rows go straight to the relay (as a
 -- CTE, RETURNING went through a tuplestore: a quarter of a delete-on-publish claim).
 --

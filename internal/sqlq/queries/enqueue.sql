@@ -22,7 +22,7 @@ WITH input AS MATERIALIZED (
     FROM json_to_recordset($1::json) AS r(
         ord int, id uuid, aggregate_type text, aggregate_id text, aggregate_version bigint,
         event_type text, schema_version int, topic text, headers jsonb, content_type text,
-        payload jsonb, payload_b64 text, trace_parent text, available_at timestamptz)
+        payload json, payload_b64 text, trace_parent text, available_at timestamptz)
 ), locked AS MATERIALIZED (
     SELECT count(pg_advisory_xact_lock(1869968760, k)) AS n
     FROM (

@@ -20,7 +20,7 @@ INSERT INTO {{schema}}.events (
     id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
     topic, headers, content_type, payload, payload_bytes, trace_parent, available_at)
 SELECT u.id, u.aggregate_type, u.aggregate_id, u.aggregate_version, u.event_type, u.schema_version,
-       u.topic, coalesce(u.headers::jsonb, '{}'), u.content_type, u.payload::jsonb, u.payload_bytes,
+       u.topic, coalesce(u.headers::jsonb, '{}'), u.content_type, u.payload::json, u.payload_bytes,
        u.trace_parent, coalesce(u.available_at, now())
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::text[],
             $8::text[], $9::text[], $10::text[], $11::bytea[], $12::text[], $13::timestamptz[])

@@ -12,7 +12,7 @@ INSERT INTO {{schema}}.events (
     id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
     topic, headers, content_type, payload, payload_bytes, trace_parent, available_at)
 SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::int,
-       $7::text, coalesce($8::jsonb, '{}'), $9::text, $10::jsonb, $11::bytea,
+       $7::text, coalesce($8::jsonb, '{}'), $9::text, $10::json, $11::bytea,
        $12::text, coalesce($13::timestamptz, now())
 FROM (SELECT CASE WHEN $14::boolean THEN pg_advisory_xact_lock(1869968760, hashtext($2 || chr(31) || $3)) END) AS locked
 ON CONFLICT DO NOTHING RETURNING id::text

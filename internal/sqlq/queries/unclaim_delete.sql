@@ -5,7 +5,7 @@
 -- does. $1 seq, $2 id, $3 aggregate_type, $4 aggregate_id, $5 aggregate_version (0:
 -- NULL), $6 event_type, $7 schema_version, $8 topic ('': NULL), $9 headers (JSON text),
 -- $10 content_type, $11 payload as bytes, $12 trace_parent, $13 whether the payload is
--- jsonb, $14 created_at, $15 available_at, $16 attempts before the claim, $17 last_error,
+-- JSON, $14 created_at, $15 available_at, $16 attempts before the claim, $17 last_error,
 -- all as claimed; $18 outcome, $19 error, $20 delay in ms.
 INSERT INTO {{schema}}.events (
     seq, id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
@@ -14,7 +14,7 @@ INSERT INTO {{schema}}.events (
 OVERRIDING SYSTEM VALUE
 SELECT u.seq, u.id, u.aggregate_type, u.aggregate_id, nullif(u.aggregate_version, 0), u.event_type, u.schema_version,
        nullif(u.topic, ''), u.headers::jsonb, u.content_type,
-       CASE WHEN u.payload_is_json THEN convert_from(u.payload, 'UTF8')::jsonb END,
+       CASE WHEN u.payload_is_json THEN convert_from(u.payload, 'UTF8')::json END,
        CASE WHEN NOT u.payload_is_json THEN u.payload END,
        u.trace_parent, u.created_at,
        CASE WHEN u.outcome IN ('retry', 'deferred') THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.available_at END,

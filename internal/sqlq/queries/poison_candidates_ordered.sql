@@ -1,0 +1,8 @@
+-- poison_candidates_ordered: the seqs claim_ordered.sql would claim, with its parameters,
+-- without marking or reading them: when the claim failed on a row's content, the relay
+-- looks for that row among these (relay/poison.go). Run in a transaction the relay rolls
+-- back (the rows are locked meanwhile, as the claim would).
+{{include claim_ordered_pick}}
+SELECT e.seq FROM {{schema}}.events e
+WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM claimed))
+ORDER BY e.seq

@@ -1,0 +1,12 @@
+-- 0005_payload_json: JSON payloads are stored as json, not jsonb: the json type keeps the
+-- text exactly as the writer sent it (whitespace, key order, duplicate keys, number and
+-- escape spellings) and still checks it is JSON, so the sink receives the producer's
+-- bytes — signatures, hashes and schema-registry framing computed over them hold — and
+-- the relay never renders a payload (a jsonb payload of numbers with huge exponents was
+-- rendered at 100,000 digits a number; docs/adr/0007-payload-bytes-as-written.md).
+-- Existing rows keep jsonb's rendering of what they were written as. A deployment that
+-- wants jsonb (to index or query payloads) can alter the column back: Enqueue and the
+-- relay work with either type.
+-- {{schema}} is replaced by the quoted schema name before this runs. The table is
+-- rewritten in the migration's transaction, which holds writers off meanwhile.
+ALTER TABLE {{schema}}.events ALTER COLUMN payload TYPE json USING payload::json;
