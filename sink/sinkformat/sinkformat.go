@@ -77,13 +77,19 @@ type Binding struct {
 	Name string
 	// CEPrefix is put before each CloudEvents attribute name.
 	CEPrefix string
+	// Reserved lists, in lower case, header names the broker itself interprets, and
+	// ReservedPrefixes the prefixes of such names: an event's own header may use
+	// neither (in any case).
+	Reserved, ReservedPrefixes []string
 }
 
-// The bindings of the CloudEvents Kafka, NATS and AMQP protocol bindings.
+// The bindings of the CloudEvents Kafka, NATS and AMQP protocol bindings. NATS
+// reserves the "Nats-" headers (Nats-Msg-Id is the dedup key); RabbitMQ routes copies
+// of a message by its CC and BCC headers.
 var (
 	Kafka = Binding{Name: "kafka", CEPrefix: "ce_"}
-	NATS  = Binding{Name: "nats", CEPrefix: "ce-"}
-	AMQP  = Binding{Name: "amqp", CEPrefix: "cloudEvents:"}
+	NATS  = Binding{Name: "nats", CEPrefix: "ce-", ReservedPrefixes: []string{"nats-"}}
+	AMQP  = Binding{Name: "amqp", CEPrefix: "cloudEvents:", Reserved: []string{"cc", "bcc"}}
 )
 
 // Header is one message header.
@@ -127,7 +133,8 @@ func NewEncoder(binding Binding, format Format, source string) (*Encoder, error)
 		HeaderID, HeaderEventType, HeaderAggregateType, HeaderAggregateID, HeaderAggregateVersion,
 		HeaderSchemaVersion, HeaderCreatedAt, HeaderContentType, HeaderTraceParent,
 	}
-	e.prefixes = []string{"outbox-", strings.ToLower(binding.CEPrefix)}
+	e.reserved = append(e.reserved, binding.Reserved...)
+	e.prefixes = append([]string{"outbox-", strings.ToLower(binding.CEPrefix)}, binding.ReservedPrefixes...)
 	return e, nil
 }
 

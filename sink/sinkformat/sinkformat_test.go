@@ -103,6 +103,20 @@ func TestHeadersRefused(t *testing.T) {
 		"CR in the aggregate id":         func(m *outbox.Message) { m.AggregateID = "o-1\r" },
 		"LF in the content type":         func(m *outbox.Message) { m.ContentType = "text/plain\n" },
 	}
+	for _, c := range []struct {
+		b    sinkformat.Binding
+		name string
+	}{{sinkformat.NATS, "Nats-Msg-Id"}, {sinkformat.NATS, "nats-expected-stream"}, {sinkformat.AMQP, "CC"}, {sinkformat.AMQP, "BCC"}} {
+		e, err := sinkformat.NewEncoder(c.b, sinkformat.Outbox, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := message()
+		m.Headers = map[string]string{c.name: "x"}
+		if _, err := e.Headers(m); !errors.Is(err, sinkformat.ErrHeader) {
+			t.Errorf("%s header %s: %v, want an error wrapping ErrHeader", c.b.Name, c.name, err)
+		}
+	}
 	for name, change := range cases {
 		for _, f := range []sinkformat.Format{sinkformat.Outbox, sinkformat.CloudEvents} {
 			e, err := sinkformat.NewEncoder(sinkformat.Kafka, f, "")

@@ -3,6 +3,7 @@ package sinktest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -413,5 +414,78 @@ func TestEveryCheckCatchesABrokenSink(t *testing.T) {
 		if !caught[c] {
 			t.Errorf("no broken sink is expected to fail check %s", c)
 		}
+	}
+}
+
+func delivered(ids ...uuid.UUID) []outbox.Message {
+	msgs := make([]outbox.Message, len(ids))
+	for i, id := range ids {
+		msgs[i] = outbox.Message{ID: id, AggregateType: "order", AggregateID: "o-1", SchemaVersion: 1}
+	}
+	return msgs
+}
+
+// CheckDelivered passes what arrived whole and in order, and fails each way it can
+// go wrong.
+func TestCheckDelivered(t *testing.T) {
+	t.Parallel()
+	a, b, c := outbox.NewID(), outbox.NewID(), outbox.NewID()
+	want := delivered(a, b, c)
+	changed := delivered(a, b, c)
+	changed[1].Payload = []byte("x")
+	for _, tc := range []struct {
+		name        string
+		got         []outbox.Message
+		exactlyOnce bool
+		fails       bool
+	}{
+		{"whole", delivered(a, b, c), true, false},
+		{"a duplicate, at least once", delivered(a, b, a, c), false, false},
+		{"a duplicate, exactly once", delivered(a, b, a, c), true, true},
+		{"one missing", delivered(a, c), false, true},
+		{"out of order", delivered(b, a, c), false, true},
+		{"an unknown one", delivered(a, b, c, outbox.NewID()), false, true},
+		{"one changed", changed, false, true},
+	} {
+		rec := &recorder{TB: t}
+		sinktest.CheckDelivered(rec, want, tc.got, tc.exactlyOnce)
+		if rec.failed != tc.fails {
+			t.Errorf("%s: failed = %v, want %v (%v)", tc.name, rec.failed, tc.fails, rec.msgs)
+		}
+	}
+}
+
+// recorder is a testing.TB that records failures instead of failing.
+type recorder struct {
+	testing.TB
+	failed bool
+	msgs   []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Error(args ...any) {
+	r.failed = true
+	r.msgs = append(r.msgs, fmt.Sprint(args...))
+}
+
+func (r *recorder) Errorf(format string, args ...any) { r.Error(fmt.Sprintf(format, args...)) }
+
+// Reroute changes only the Topic of the sink's copies.
+func TestReroute(t *testing.T) {
+	t.Parallel()
+	broker := &memsink.Sink{}
+	var refusals sinktest.Refusals
+	sink := sinktest.Reroute(broker, func(m outbox.Message) string {
+		if refusals.Refused(m) {
+			return "refused"
+		}
+		return "p." + m.Topic
+	})
+	msgs := delivered(outbox.NewID(), outbox.NewID())
+	refusals.Set(func(m outbox.Message) bool { return m.ID == msgs[1].ID })
+	sink.Publish(t.Context(), msgs)
+	got := broker.Messages()
+	if got[0].Topic != "p." || got[1].Topic != "refused" || msgs[0].Topic != "" || got[0].ID != msgs[0].ID {
+		t.Fatalf("rerouted %+v from %+v", got, msgs)
 	}
 }

@@ -1,0 +1,253 @@
+package natssink_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/sinkformat"
+)
+
+// machineURL is the machine's own NATS server, which CI starts: tests fail, not skip,
+// when it is down.
+const machineURL = "nats://127.0.0.1:4222"
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// startServer starts an embedded NATS server with JetStream for t.
+func startServer(t *testing.T) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded nats server did not start")
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// connect opens a connection as the sink should have it: no reconnect buffer, quick
+// reconnects, forever.
+func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.ReconnectBufSize(-1), nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0), nats.Timeout(2*time.Second))
+	if err != nil {
+		t.Fatalf("connect to nats at %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+var streams atomic.Int64
+
+// createStream creates a stream of a unique name taking subjects prefix.>, removed
+// when t ends.
+func createStream(t *testing.T, js jetstream.JetStream, prefix string) jetstream.Stream {
+	t.Helper()
+	name := fmt.Sprintf("OUTBOX_TEST_%d_%d", os.Getpid(), streams.Add(1))
+	st, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ".>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatalf("create stream %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := js.DeleteStream(ctx, name); err != nil {
+			t.Errorf("delete stream %s: %v", name, err)
+		}
+	})
+	return st
+}
+
+// readStream reads every message of st with a plain ordered consumer, decoded.
+func readStream(ctx context.Context, st jetstream.Stream) ([]outbox.Message, []string, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var msgs []outbox.Message
+	var ids []string
+	if info.State.Msgs == 0 {
+		return nil, nil, nil
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	for uint64(len(msgs)) < info.State.Msgs {
+		batch, err := c.Fetch(int(info.State.Msgs)-len(msgs), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var hs []sinkformat.Header
+			for name, values := range m.Headers() {
+				if name == jetstream.MsgIDHeader {
+					ids = append(ids, values[0])
+					continue
+				}
+				hs = append(hs, sinkformat.Header{Name: name, Value: values[0]})
+			}
+			msg, err := sinkformat.Decode(sinkformat.NATS, hs, m.Data())
+			if err != nil {
+				return nil, nil, err
+			}
+			msgs = append(msgs, msg)
+		}
+		if err := batch.Error(); err != nil {
+			return nil, nil, err
+		}
+		if n == 0 {
+			return nil, nil, fmt.Errorf("read %d of %d messages, then none came", len(msgs), info.State.Msgs)
+		}
+	}
+	return msgs, ids, nil
+}
+
+// newProxy starts an in-process TCP proxy to upstream (host:port), stopped when t ends.
+func newProxy(t *testing.T, upstream string) *toxiproxy.Proxy {
+	t.Helper()
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, t.Name(), "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// hostPort returns the host:port of a nats:// URL.
+func hostPort(t *testing.T, url string) string {
+	t.Helper()
+	var host, port string
+	if _, err := fmt.Sscanf(url, "nats://%s", &host); err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Relay scenarios: events written through Enqueue, a relay publishing them.
+
+func fastConfig() *relay.Config {
+	return &relay.Config{
+		PollInterval: 20 * time.Millisecond, FallbackPollInterval: 50 * time.Millisecond,
+		RetryBaseDelay: 20 * time.Millisecond, RetryMaxDelay: 200 * time.Millisecond,
+		BreakerInitialDelay: 100 * time.Millisecond, BreakerMaxDelay: 400 * time.Millisecond,
+		ShutdownTimeout: 5 * time.Second, LeaseTTL: time.Second,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	}
+}
+
+// writeEvents enqueues perAggregate events for each of n aggregates, interleaved, in
+// transactions of 100, and returns them as the messages a consumer should read.
+func writeEvents(t *testing.T, pool *pgxpool.Pool, prefix string, n, perAggregate int) []outbox.Message {
+	t.Helper()
+	var events []outbox.Event
+	var want []outbox.Message
+	for v := 1; v <= perAggregate; v++ {
+		for a := range n {
+			e := outbox.Event{
+				ID: outbox.NewID(), AggregateType: "order", AggregateID: fmt.Sprintf("%s-%d", prefix, a), AggregateVersion: int64(v),
+				EventType: "order.changed", SchemaVersion: 1, ContentType: outbox.ContentTypeJSON,
+				Headers: map[string]string{"tenant": "acme", "x-seq": fmt.Sprint(v)}, Payload: fmt.Appendf(nil, `{"v": %d}`, v),
+				TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			}
+			events = append(events, e)
+			want = append(want, outbox.Message{
+				ID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID, AggregateVersion: e.AggregateVersion,
+				EventType: e.EventType, SchemaVersion: 1, Headers: e.Headers, ContentType: e.ContentType, Payload: e.Payload,
+				TraceParent: e.TraceParent,
+			})
+		}
+	}
+	for len(events) > 0 {
+		chunk := events[:min(100, len(events))]
+		events = events[len(chunk):]
+		if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error { return outbox.Enqueue(t.Context(), outbox.PgxTx(tx), chunk...) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return want
+}
+
+// runRelay runs a relay over pool and sink until t ends.
+func runRelay(t *testing.T, pool *pgxpool.Pool, sink outbox.Sink, cfg *relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(pool, sink, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+	return r
+}
+
+// count runs a count query.
+func count(t *testing.T, pool *pgxpool.Pool, sql string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), sql).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// waitCount waits until the count query returns want.
+func waitCount(t *testing.T, pool *pgxpool.Pool, timeout time.Duration, want int, sql string) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("%s = %d", sql, want), func() bool { return count(t, pool, sql) == want })
+}
+
+// waitFor polls cond every 20 ms until it holds, failing t after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
