@@ -1,0 +1,279 @@
+package kafkasink_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/sinkformat"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// newCluster starts an in-process kfake cluster of one broker, closed when t ends.
+func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// newAdmin returns an admin client of the cluster at seeds.
+func newAdmin(t *testing.T, seeds []string) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// createTopic creates topic with the given partitions and configs.
+func createTopic(t *testing.T, adm *kadm.Client, topic string, partitions int32, configs map[string]*string) {
+	t.Helper()
+	resp, err := adm.CreateTopic(t.Context(), partitions, 1, configs, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// readTopics reads, with a plain franz-go consumer, every record of the topics whose
+// names start with prefix, up to their end offsets now: each record decoded, and the
+// value of its id header.
+func readTopics(ctx context.Context, seeds []string, prefix string) ([]outbox.Message, []string, error) {
+	recs, err := consume(ctx, seeds, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	var msgs []outbox.Message
+	var ids []string
+	for _, r := range recs {
+		m, id, err := decode(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		msgs, ids = append(msgs, m), append(ids, id)
+	}
+	return msgs, ids, nil
+}
+
+// decode reads a record back into a message; id is its id header.
+func decode(r *kgo.Record) (outbox.Message, string, error) {
+	hs := make([]sinkformat.Header, len(r.Headers))
+	var id string
+	for i, h := range r.Headers {
+		hs[i] = sinkformat.Header{Name: h.Key, Value: string(h.Value)}
+		if h.Key == sinkformat.HeaderID {
+			id = string(h.Value)
+		}
+	}
+	m, err := sinkformat.Decode(sinkformat.Kafka, hs, r.Value)
+	if err != nil {
+		return m, "", fmt.Errorf("record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+	}
+	if string(r.Key) != m.AggregateID {
+		return m, "", fmt.Errorf("record %s/%d@%d: key %q is not the aggregate id %q", r.Topic, r.Partition, r.Offset, r.Key, m.AggregateID)
+	}
+	return m, id, nil
+}
+
+// consume returns the records of the topics starting with prefix, up to their end
+// offsets now, in partition order.
+func consume(ctx context.Context, seeds []string, prefix string) ([]*kgo.Record, error) {
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return nil, err
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, name := range topics.Names() {
+		if strings.HasPrefix(name, prefix) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	ends, err := adm.ListEndOffsets(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]map[int32]int64{}
+	total := int64(0)
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			if want[o.Topic] == nil {
+				want[o.Topic] = map[int32]int64{}
+			}
+			want[o.Topic][o.Partition] = o.Offset
+			total += o.Offset
+		}
+	})
+	if total == 0 {
+		return nil, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(names...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for int64(len(recs)) < total {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read %d of %d records: %w", len(recs), total, err)
+		}
+		if errs := fetches.Errors(); len(errs) > 0 {
+			return nil, fmt.Errorf("fetch: %w", errs[0].Err)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Offset < want[r.Topic][r.Partition] {
+				recs = append(recs, r)
+			}
+		})
+	}
+	return recs, nil
+}
+
+// newProxy starts an in-process TCP proxy to upstream (host:port), stopped when t ends.
+func newProxy(t *testing.T, upstream string) *toxiproxy.Proxy {
+	t.Helper()
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, t.Name(), "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// viaProxy is the client option that sends every broker connection through the
+// proxy at addr, whatever address the cluster advertises.
+func viaProxy(addr string) kgo.Opt {
+	var d net.Dialer
+	return kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, addr)
+	})
+}
+
+// Relay scenarios: events written through Enqueue, a relay publishing them.
+
+func fastConfig() *relay.Config {
+	return &relay.Config{
+		PollInterval: 20 * time.Millisecond, FallbackPollInterval: 50 * time.Millisecond,
+		RetryBaseDelay: 20 * time.Millisecond, RetryMaxDelay: 200 * time.Millisecond,
+		BreakerInitialDelay: 100 * time.Millisecond, BreakerMaxDelay: 400 * time.Millisecond,
+		ShutdownTimeout: 5 * time.Second, LeaseTTL: time.Second,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	}
+}
+
+// writeEvents enqueues perAggregate events for each of n aggregates, interleaved, in
+// transactions of 100, and returns them as the messages a consumer should read.
+func writeEvents(t *testing.T, pool *pgxpool.Pool, prefix string, n, perAggregate int) []outbox.Message {
+	t.Helper()
+	var events []outbox.Event
+	var want []outbox.Message
+	for v := 1; v <= perAggregate; v++ {
+		for a := range n {
+			e := outbox.Event{
+				ID: outbox.NewID(), AggregateType: "order", AggregateID: fmt.Sprintf("%s-%d", prefix, a), AggregateVersion: int64(v),
+				EventType: "order.changed", SchemaVersion: 1, ContentType: outbox.ContentTypeJSON,
+				Headers: map[string]string{"tenant": "acme", "x-seq": fmt.Sprint(v)}, Payload: fmt.Appendf(nil, `{"v": %d}`, v),
+				TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			}
+			events = append(events, e)
+			want = append(want, outbox.Message{
+				ID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID, AggregateVersion: e.AggregateVersion,
+				EventType: e.EventType, SchemaVersion: 1, Headers: e.Headers, ContentType: e.ContentType, Payload: e.Payload,
+				TraceParent: e.TraceParent,
+			})
+		}
+	}
+	for len(events) > 0 {
+		chunk := events[:min(100, len(events))]
+		events = events[len(chunk):]
+		if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error { return outbox.Enqueue(t.Context(), outbox.PgxTx(tx), chunk...) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return want
+}
+
+// runRelay runs a relay over pool and sink until t ends.
+func runRelay(t *testing.T, pool *pgxpool.Pool, sink outbox.Sink, cfg *relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(pool, sink, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+	return r
+}
+
+// count runs a count query.
+func count(t *testing.T, pool *pgxpool.Pool, sql string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), sql).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// waitCount waits until the count query returns want.
+func waitCount(t *testing.T, pool *pgxpool.Pool, timeout time.Duration, want int, sql string) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("%s = %d", sql, want), func() bool { return count(t, pool, sql) == want })
+}
+
+// waitFor polls cond every 20 ms until it holds, failing t after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
