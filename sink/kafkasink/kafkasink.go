@@ -49,7 +49,9 @@ type Config struct {
 	// Options are the kgo client's options: the seed brokers (required) and any TLS
 	// (kgo.DialTLSConfig), SASL (kgo.SASL) or other connection settings. The sink
 	// adds its own producer settings after them: acks=all, its partitioner,
-	// DeliveryTimeout, and stopping on data loss (then it rebuilds the client).
+	// DeliveryTimeout, and stopping on data loss (then it rebuilds the client). The
+	// sink sets no linger (ProducerLinger(0)) before them: a call hands the client a
+	// whole wave at once.
 	Options []kgo.Opt
 	// Topic is a text/template over the [outbox.Message] giving the topic of an event
 	// whose Topic is empty; a set Topic is the topic itself. A name Kafka forbids
@@ -137,7 +139,10 @@ func (c *Config) withDefaults() (Config, error) {
 }
 
 func (s *Sink) newClient() (*kgo.Client, error) {
-	opts := append(slices.Clone(s.cfg.Options),
+	// No linger (franz-go's default is 10ms): a call hands over a whole wave, then
+	// waits for it. Options may set one.
+	opts := append([]kgo.Opt{kgo.ProducerLinger(0)}, s.cfg.Options...)
+	opts = append(opts,
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(s.parts),
 		kgo.RecordDeliveryTimeout(s.cfg.DeliveryTimeout),

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/template"
+	"text/template/parse"
 	"time"
 	"unicode"
 
@@ -25,7 +28,17 @@ var ErrDestination = errors.New("destination refused")
 type Router struct {
 	tmpl  *template.Template
 	check func(string) error
+	// byType caches the destinations of a template that reads nothing but
+	// AggregateType and EventType (through escape or not), by those two: most
+	// templates, and executing one costs more than the rest of a message's encoding.
+	byType *sync.Map
+	cached atomic.Int64
 }
+
+// maxCached bounds the cache of destinations by type.
+const maxCached = 10_000
+
+type typeKey struct{ aggregateType, eventType string }
 
 // NewRouter parses text and checks it at once by executing it over a sample message,
 // so a misspelt field fails here, not on the first event. check is the broker's rule
@@ -52,18 +65,72 @@ func NewRouter(text string, check func(string) error) (*Router, error) {
 	if check == nil {
 		check = func(string) error { return nil }
 	}
-	return &Router{tmpl: tmpl, check: check}, nil
+	r := &Router{tmpl: tmpl, check: check}
+	if readsTypesOnly(tmpl.Root) {
+		r.byType = &sync.Map{}
+	}
+	return r, nil
+}
+
+// readsTypesOnly reports whether the template under n reads no field but
+// AggregateType and EventType and calls no function but escape.
+func readsTypesOnly(n parse.Node) bool {
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return true
+		}
+		for _, c := range n.Nodes {
+			if !readsTypesOnly(c) {
+				return false
+			}
+		}
+		return true
+	case *parse.TextNode:
+		return true
+	case *parse.ActionNode:
+		return n.Pipe != nil && len(n.Pipe.Decl) == 0 && readsTypesOnly(n.Pipe)
+	case *parse.PipeNode:
+		for _, c := range n.Cmds {
+			if !readsTypesOnly(c) {
+				return false
+			}
+		}
+		return true
+	case *parse.CommandNode:
+		for _, a := range n.Args {
+			if !readsTypesOnly(a) {
+				return false
+			}
+		}
+		return true
+	case *parse.FieldNode:
+		return len(n.Ident) == 1 && (n.Ident[0] == "AggregateType" || n.Ident[0] == "EventType")
+	case *parse.IdentifierNode:
+		return n.Ident == "escape"
+	case *parse.StringNode:
+		return true
+	}
+	return false
 }
 
 // Route returns m's destination. Its error wraps [ErrDestination].
 func (r *Router) Route(m *outbox.Message) (string, error) {
 	dest := m.Topic
 	if dest == "" {
+		if r.byType != nil {
+			if d, ok := r.byType.Load(typeKey{m.AggregateType, m.EventType}); ok {
+				return d.(string), nil
+			}
+		}
 		var b strings.Builder
 		if err := r.tmpl.Execute(&b, m); err != nil {
 			return "", fmt.Errorf("%w: routing template: %w", ErrDestination, err)
 		}
 		dest = b.String()
+		if r.byType != nil && dest != "" && r.check(dest) == nil && r.cached.Add(1) <= maxCached {
+			r.byType.Store(typeKey{m.AggregateType, m.EventType}, dest)
+		}
 	}
 	if dest == "" {
 		return "", fmt.Errorf("%w: empty destination", ErrDestination)

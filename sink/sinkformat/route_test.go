@@ -133,3 +133,35 @@ func FuzzEscape(f *testing.F) {
 		}
 	})
 }
+
+// A template that reads only the types gives the same destinations from its cache,
+// and one that reads more is executed for every message.
+func TestRouterCacheByType(t *testing.T) {
+	t.Parallel()
+	for _, text := range []string{"{{.AggregateType}}.{{escape .EventType}}", "{{.AggregateType}}.{{.AggregateID}}", `{{printf "%s" .AggregateType}}.{{.AggregateID}}`} {
+		r, err := sinkformat.NewRouter(text, sinkformat.NATSSubject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			for _, m := range []outbox.Message{
+				{AggregateType: "order", AggregateID: "a", EventType: "paid"},
+				{AggregateType: "order", AggregateID: "b", EventType: "paid"},
+				{AggregateType: "order", AggregateID: "c", EventType: "x y"},
+			} {
+				want := strings.NewReplacer("{{.AggregateType}}", m.AggregateType, "{{escape .EventType}}", sinkformat.Escape(m.EventType),
+					"{{.AggregateID}}", m.AggregateID, `{{printf "%s" .AggregateType}}`, m.AggregateType).Replace(text)
+				got, err := r.Route(&m)
+				if sinkformat.NATSSubject(want) != nil {
+					if err == nil {
+						t.Errorf("%s over %+v: %q, want refused", text, m, got)
+					}
+					continue
+				}
+				if got != want || err != nil {
+					t.Errorf("%s over %+v: %q, %v; want %q", text, m, got, err, want)
+				}
+			}
+		}
+	}
+}

@@ -214,6 +214,18 @@ func (e *Encoder) checkOwn(name, value string) error {
 
 // checkValue refuses what could end a header line or break a text protocol.
 func checkValue(v string) error {
+	ascii := true
+	for i := range len(v) {
+		if c := v[i]; c >= utf8.RuneSelf {
+			ascii = false
+			break
+		} else if c < 0x20 && c != '\t' || c == 0x7f {
+			return fmt.Errorf("value holds control character %U at byte %d", rune(c), i)
+		}
+	}
+	if ascii {
+		return nil
+	}
 	if !utf8.ValidString(v) {
 		return errors.New("value is not valid UTF-8")
 	}
