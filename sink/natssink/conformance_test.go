@@ -3,10 +3,14 @@ package natssink_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/sink/natssink"
@@ -149,4 +153,67 @@ func TestNoStreamIsPermanentOutageIsNot(t *testing.T) {
 	if errs[1] != nil {
 		t.Errorf("the other message failed: %v", errs[1])
 	}
+}
+
+// The server restarts between a publish and its retry (as a JetStream leader change
+// looks to a client): while it is gone the sink reports an outage; once it is back the
+// retry with the same Nats-Msg-Id is acked as a duplicate — a success — and the stream
+// holds each event once.
+func TestServerRestartRetryIsDeduplicated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true}
+	srv := runServer(t, opts)
+	opts.Port = srv.Addr().(*net.TCPAddr).Port
+	nc, js := connect(t, srv.ClientURL())
+	st, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "RESTART", Subjects: []string{"restart.>"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := natssink.New(t.Context(), js, &natssink.Config{Stream: st.CachedInfo().Config.Name, Subject: "restart.{{.AggregateType}}", AckTimeout: time.Second, HealthTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := outbox.Message{ID: outbox.NewID(), AggregateType: "order", AggregateID: "o-1", EventType: "x", SchemaVersion: 1, Attempt: 1}
+	if err := sink.Publish(t.Context(), []outbox.Message{first})[0]; err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	second := first
+	second.ID = outbox.NewID()
+	if err := sink.Publish(t.Context(), []outbox.Message{second})[0]; !outbox.IsUnavailable(err) {
+		t.Fatalf("publish with the server down: %v, want unavailable", err)
+	}
+	runServer(t, opts)
+	waitFor(t, 10*time.Second, "the client to reconnect", nc.IsConnected)
+	first.Attempt, second.Attempt = 2, 2
+	var errs []error
+	waitFor(t, 10*time.Second, "the stream to take publishes again", func() bool {
+		errs = sink.Publish(t.Context(), []outbox.Message{first, second})
+		return errs[0] == nil && errs[1] == nil
+	})
+	info, err := st.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("stream holds %d messages, want 2: the first event's retry was stored again", info.State.Msgs)
+	}
+}
+
+// runServer starts an embedded server with opts, shut down when t ends.
+func runServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	o := *opts
+	s, err := server.NewServer(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded nats server did not start")
+	}
+	t.Cleanup(s.Shutdown)
+	return s
 }
