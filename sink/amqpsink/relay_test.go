@@ -9,35 +9,30 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/sink/sinktest"
 )
 
-const (
-	published = `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`
-	touched   = `SELECT count(*) FROM outbox.events WHERE published_at IS NULL AND (attempts > 0 OR dead_at IS NOT NULL OR last_error IS NOT NULL)`
-)
+// reader reads the topology's queue with a plain amqp091-go client.
+func reader(tp topology) func(context.Context) ([]outbox.Message, error) {
+	return func(ctx context.Context) ([]outbox.Message, error) {
+		msgs, ids, err := tp.read(ctx)
+		for i, m := range msgs {
+			if err == nil && ids[i] != m.ID.String() {
+				err = fmt.Errorf("message %s has message-id %q", m.ID, ids[i])
+			}
+		}
+		return msgs, err
+	}
+}
 
 // 1,000 events over 50 aggregates go through the relay to RabbitMQ and come back,
-// read by a plain amqp091-go client, once each, intact, in order per aggregate.
+// read by a plain amqp091-go client, once each, intact, with the event id as
+// message-id, in order per aggregate.
 func TestRelayEndToEnd(t *testing.T) {
 	t.Parallel()
 	tp := newTopology(t, "order.#")
 	sink := newSink(t, brokerURL(brokerAddr), tp.exchange, nil)
-	pool := pgtest.Pool(t)
-	want := writeEvents(t, pool, "e2e", 50, 20)
-	runRelay(t, pool, sink, fastConfig())
-	waitCount(t, pool, time.Minute, len(want), published)
-	got, ids, err := tp.read(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinktest.CheckDelivered(t, want, got, true)
-	for i, m := range got {
-		if ids[i] != m.ID.String() {
-			t.Fatalf("message %s has message-id %q", m.ID, ids[i])
-		}
-	}
+	sinktest.RelayDelivers(t, relayHarness(t, sink, reader(tp), nil))
 }
 
 // With the broker out of reach (a proxy stopped in between), the backlog grows and no
@@ -48,32 +43,7 @@ func TestRelayOutage(t *testing.T) {
 	tp := newTopology(t, "order.#")
 	p := newProxy(t, brokerAddr)
 	sink := newSink(t, brokerURL(p.Listen), tp.exchange, nil)
-	pool := pgtest.Pool(t)
-	want := writeEvents(t, pool, "before", 10, 10)
-	r := runRelay(t, pool, sink, fastConfig())
-	waitCount(t, pool, time.Minute, len(want), published)
-
-	p.Stop()
-	more := writeEvents(t, pool, "during", 20, 10)
-	waitFor(t, 30*time.Second, "the breaker to open", func() bool { return r.Stats().BreakerOpens > 0 })
-	time.Sleep(2 * time.Second) //nolint:forbidigo // the outage's length is the test's input
-	if n := count(t, pool, published); n != len(want) {
-		t.Fatalf("%d events published while the broker was out of reach, want %d", n, len(want))
-	}
-	if n := count(t, pool, touched); n != 0 {
-		t.Fatalf("%d events had an attempt counted or went dead during the outage", n)
-	}
-
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	want = append(want, more...)
-	waitCount(t, pool, time.Minute, len(want), published)
-	got, _, err := tp.read(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinktest.CheckDelivered(t, want, got, false)
+	sinktest.RelayOutage(t, relayHarness(t, sink, reader(tp), proxySetDown(t, p)))
 }
 
 // An event whose routing key no queue takes comes back (mandatory): it is dead at
@@ -82,32 +52,8 @@ func TestRelayUnroutableIsDead(t *testing.T) {
 	t.Parallel()
 	tp := newTopology(t, "order.#")
 	sink := newSink(t, brokerURL(brokerAddr), tp.exchange, nil)
-	pool := pgtest.Pool(t)
-	want := writeEvents(t, pool, "ok", 10, 5)
-	if _, err := pool.Exec(t.Context(), `UPDATE outbox.events SET topic = 'nowhere.orders' WHERE aggregate_id = 'ok-3' AND aggregate_version = 2`); err != nil {
-		t.Fatal(err)
-	}
-	runRelay(t, pool, sink, fastConfig())
-	waitCount(t, pool, time.Minute, len(want)-4, published) // ok-3's versions 2 to 5 are held
-	var lastError string
-	var attempts int
-	if err := pool.QueryRow(t.Context(), `SELECT last_error, attempts FROM outbox.events WHERE dead_at IS NOT NULL`).Scan(&lastError, &attempts); err != nil {
-		t.Fatalf("the dead event: %v", err)
-	}
-	if attempts != 1 || !strings.Contains(lastError, `unroutable`) || !strings.Contains(lastError, `"nowhere.orders"`) || !strings.Contains(lastError, "NO_ROUTE") {
-		t.Fatalf("dead after %d attempts with last_error %q, want 1 attempt and an unroutable reason naming the key", attempts, lastError)
-	}
-	var delivered []outbox.Message
-	for _, m := range want {
-		if m.AggregateID != "ok-3" || m.AggregateVersion < 2 {
-			delivered = append(delivered, m)
-		}
-	}
-	got, _, err := tp.read(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinktest.CheckDelivered(t, delivered, got, true)
+	sinktest.RelayRejects(t, relayHarness(t, sink, reader(tp), nil),
+		func(e *outbox.Event) { e.Topic = "nowhere.orders" }, "unroutable", `"nowhere.orders"`, "NO_ROUTE")
 }
 
 // queued returns how many messages the queue holds.

@@ -54,16 +54,8 @@ func harness(t *testing.T, seeds []string) sinktest.Harness {
 			_, ids, err := readTopics(ctx, seeds, prefix+".")
 			return ids, err
 		},
-		FailWhen: refusals.Set,
-		SetDown: func(down bool) {
-			if down {
-				p.Stop()
-				return
-			}
-			if err := p.Start(); err != nil {
-				t.Errorf("restart proxy: %v", err)
-			}
-		},
+		FailWhen:      refusals.Set,
+		SetDown:       proxySetDown(t, p),
 		OutageTimeout: 15 * time.Second,
 	}
 }

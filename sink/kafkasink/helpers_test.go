@@ -3,9 +3,7 @@ package kafkasink_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/sinkformat"
+	"github.com/outboxkit/outbox/sink/sinktest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -176,6 +175,19 @@ func newProxy(t *testing.T, upstream string) *toxiproxy.Proxy {
 	return p
 }
 
+// proxySetDown is a SetDown that stops and restarts p.
+func proxySetDown(t *testing.T, p *toxiproxy.Proxy) func(bool) {
+	return func(down bool) {
+		if down {
+			p.Stop()
+			return
+		}
+		if err := p.Start(); err != nil {
+			t.Errorf("restart proxy: %v", err)
+		}
+	}
+}
+
 // viaProxy is the client option that sends every broker connection through the
 // proxy at addr, whatever address the cluster advertises.
 func viaProxy(addr string) kgo.Opt {
@@ -185,48 +197,19 @@ func viaProxy(addr string) kgo.Opt {
 	})
 }
 
-// Relay scenarios: events written through Enqueue, a relay publishing them.
-
-func fastConfig() *relay.Config {
-	return &relay.Config{
-		PollInterval: 20 * time.Millisecond, FallbackPollInterval: 50 * time.Millisecond,
-		RetryBaseDelay: 20 * time.Millisecond, RetryMaxDelay: 200 * time.Millisecond,
-		BreakerInitialDelay: 100 * time.Millisecond, BreakerMaxDelay: 400 * time.Millisecond,
-		ShutdownTimeout: 5 * time.Second, LeaseTTL: time.Second,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	}
-}
-
-// writeEvents enqueues perAggregate events for each of n aggregates, interleaved, in
-// transactions of 100, and returns them as the messages a consumer should read.
-func writeEvents(t *testing.T, pool *pgxpool.Pool, prefix string, n, perAggregate int) []outbox.Message {
+// relayHarness runs relays over a fresh database and sink for the sinktest scenarios.
+func relayHarness(t *testing.T, sink outbox.Sink, read func(context.Context) ([]outbox.Message, error), setDown func(bool)) sinktest.RelayHarness {
 	t.Helper()
-	var events []outbox.Event
-	var want []outbox.Message
-	for v := 1; v <= perAggregate; v++ {
-		for a := range n {
-			e := outbox.Event{
-				ID: outbox.NewID(), AggregateType: "order", AggregateID: fmt.Sprintf("%s-%d", prefix, a), AggregateVersion: int64(v),
-				EventType: "order.changed", SchemaVersion: 1, ContentType: outbox.ContentTypeJSON,
-				Headers: map[string]string{"tenant": "acme", "x-seq": fmt.Sprint(v)}, Payload: fmt.Appendf(nil, `{"v": %d}`, v),
-				TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-			}
-			events = append(events, e)
-			want = append(want, outbox.Message{
-				ID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID, AggregateVersion: e.AggregateVersion,
-				EventType: e.EventType, SchemaVersion: 1, Headers: e.Headers, ContentType: e.ContentType, Payload: e.Payload,
-				TraceParent: e.TraceParent,
-			})
-		}
+	pool := pgtest.Pool(t)
+	return sinktest.RelayHarness{
+		Enqueue: func(ctx context.Context, events []outbox.Event) error {
+			return outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), events...) })
+		},
+		QueryRow: func(ctx context.Context, sql string, dest ...any) error { return pool.QueryRow(ctx, sql).Scan(dest...) },
+		Start:    func(cfg *relay.Config) *relay.Relay { return runRelay(t, pool, sink, cfg) },
+		Read:     read,
+		SetDown:  setDown,
 	}
-	for len(events) > 0 {
-		chunk := events[:min(100, len(events))]
-		events = events[len(chunk):]
-		if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error { return outbox.Enqueue(t.Context(), outbox.PgxTx(tx), chunk...) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return want
 }
 
 // runRelay runs a relay over pool and sink until t ends.
@@ -246,22 +229,6 @@ func runRelay(t *testing.T, pool *pgxpool.Pool, sink outbox.Sink, cfg *relay.Con
 		}
 	})
 	return r
-}
-
-// count runs a count query.
-func count(t *testing.T, pool *pgxpool.Pool, sql string) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(t.Context(), sql).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
-// waitCount waits until the count query returns want.
-func waitCount(t *testing.T, pool *pgxpool.Pool, timeout time.Duration, want int, sql string) {
-	t.Helper()
-	waitFor(t, timeout, fmt.Sprintf("%s = %d", sql, want), func() bool { return count(t, pool, sql) == want })
 }
 
 // waitFor polls cond every 20 ms until it holds, failing t after timeout.

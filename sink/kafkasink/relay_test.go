@@ -2,9 +2,10 @@ package kafkasink_test
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"encoding/json"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,15 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/sink/kafkasink"
 	"github.com/outboxkit/outbox/sink/sinkformat"
 	"github.com/outboxkit/outbox/sink/sinktest"
-)
-
-const (
-	published = `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`
-	touched   = `SELECT count(*) FROM outbox.events WHERE published_at IS NULL AND (attempts > 0 OR dead_at IS NOT NULL OR last_error IS NOT NULL)`
 )
 
 func newSink(t *testing.T, cfg *kafkasink.Config) *kafkasink.Sink {
@@ -33,22 +28,21 @@ func newSink(t *testing.T, cfg *kafkasink.Config) *kafkasink.Sink {
 	return s
 }
 
+// reader reads the topics starting with prefix with a plain franz-go consumer.
+func reader(seeds []string, prefix string) func(context.Context) ([]outbox.Message, error) {
+	return func(ctx context.Context) ([]outbox.Message, error) {
+		msgs, _, err := readTopics(ctx, seeds, prefix)
+		return msgs, err
+	}
+}
+
 // 1,000 events over 50 aggregates go through the relay to Kafka and come back, read
 // by a plain franz-go consumer and by kcat, once each, intact, in order per aggregate.
 func TestRelayEndToEnd(t *testing.T) {
 	t.Parallel()
 	seeds := newCluster(t).ListenAddrs()
 	sink := newSink(t, &kafkasink.Config{Options: []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation()}})
-	pool := pgtest.Pool(t)
-	want := writeEvents(t, pool, "e2e", 50, 20)
-	runRelay(t, pool, sink, fastConfig())
-	waitCount(t, pool, time.Minute, len(want), published)
-
-	got, _, err := readTopics(t.Context(), seeds, "outbox.event.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinktest.CheckDelivered(t, want, got, true)
+	want := sinktest.RelayDelivers(t, relayHarness(t, sink, reader(seeds, "outbox.event."), nil))
 	sinktest.CheckDelivered(t, want, kcat(t, seeds[0], "outbox.event.order"), true)
 }
 
@@ -110,32 +104,7 @@ func TestRelayOutage(t *testing.T) {
 		Options:         []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation(), viaProxy(p.Listen)},
 		DeliveryTimeout: time.Second, AckTimeout: 3 * time.Second, PingTimeout: 500 * time.Millisecond,
 	})
-	pool := pgtest.Pool(t)
-	want := writeEvents(t, pool, "before", 10, 10)
-	r := runRelay(t, pool, sink, fastConfig())
-	waitCount(t, pool, time.Minute, len(want), published)
-
-	p.Stop()
-	more := writeEvents(t, pool, "during", 20, 10)
-	waitFor(t, 30*time.Second, "the breaker to open", func() bool { return r.Stats().BreakerOpens > 0 })
-	time.Sleep(2 * time.Second) //nolint:forbidigo // the outage's length is the test's input
-	if n := count(t, pool, published); n != len(want) {
-		t.Fatalf("%d events published while the cluster was out of reach, want %d", n, len(want))
-	}
-	if n := count(t, pool, touched); n != 0 {
-		t.Fatalf("%d events had an attempt counted or went dead during the outage", n)
-	}
-
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	want = append(want, more...)
-	waitCount(t, pool, time.Minute, len(want), published)
-	got, _, err := readTopics(t.Context(), seeds, "outbox.event.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinktest.CheckDelivered(t, want, got, false)
+	sinktest.RelayOutage(t, relayHarness(t, sink, reader(seeds, "outbox.event."), proxySetDown(t, p)))
 }
 
 // A record over the topic's max.message.bytes (kfake enforces it per batch) is dead at
@@ -145,33 +114,9 @@ func TestRelayTooLargeIsDead(t *testing.T) {
 	t.Parallel()
 	seeds := newCluster(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}), kfake.DefaultNumPartitions(1)).ListenAddrs()
 	sink := newSink(t, &kafkasink.Config{Options: []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation()}})
-	pool := pgtest.Pool(t)
-	want := writeEvents(t, pool, "ok", 20, 5)
-	// Random bytes: the producer compresses batches, and the limit is on what is sent.
-	if _, err := pool.Exec(t.Context(), `UPDATE outbox.events SET content_type = 'application/octet-stream', payload = NULL,
-		payload_bytes = (SELECT decode(string_agg(lpad(to_hex((random() * 255)::int), 2, '0'), ''), 'hex') FROM generate_series(1, 30000))
-		WHERE aggregate_id = 'ok-3' AND aggregate_version = 2`); err != nil {
-		t.Fatal(err)
-	}
-	runRelay(t, pool, sink, fastConfig())
-	waitCount(t, pool, time.Minute, len(want)-4, published) // ok-3's versions 2 to 5 are held
-	var lastError string
-	var attempts int
-	if err := pool.QueryRow(t.Context(), `SELECT last_error, attempts FROM outbox.events WHERE dead_at IS NOT NULL`).Scan(&lastError, &attempts); err != nil {
-		t.Fatalf("the dead event: %v", err)
-	}
-	if attempts != 1 || !strings.Contains(lastError, "MESSAGE_TOO_LARGE") {
-		t.Fatalf("dead after %d attempts with last_error %q, want 1 attempt and MESSAGE_TOO_LARGE", attempts, lastError)
-	}
-	var delivered []outbox.Message
-	for _, m := range want {
-		if m.AggregateID != "ok-3" || m.AggregateVersion < 2 {
-			delivered = append(delivered, m)
-		}
-	}
-	got, _, err := readTopics(t.Context(), seeds, "outbox.event.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinktest.CheckDelivered(t, delivered, got, true)
+	sinktest.RelayRejects(t, relayHarness(t, sink, reader(seeds, "outbox.event."), nil), func(e *outbox.Event) {
+		// Random bytes: the producer compresses batches, and the limit is on what is sent.
+		e.ContentType, e.Payload = "application/octet-stream", make([]byte, 30000)
+		_, _ = rand.Read(e.Payload)
+	}, "MESSAGE_TOO_LARGE")
 }

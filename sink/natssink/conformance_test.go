@@ -32,15 +32,7 @@ func harness(t *testing.T, url string, proxied bool) sinktest.Harness {
 	if proxied {
 		p := newProxy(t, hostPort(t, url))
 		sinkURL = "nats://" + p.Listen
-		setDown = func(down bool) {
-			if down {
-				p.Stop()
-				return
-			}
-			if err := p.Start(); err != nil {
-				t.Errorf("restart proxy: %v", err)
-			}
-		}
+		setDown = proxySetDown(t, p)
 	}
 	_, js := connect(t, sinkURL)
 	sink, err := natssink.New(t.Context(), js, &natssink.Config{

@@ -65,6 +65,13 @@
 //   - Concurrent: Publish calls from several goroutines at once all succeed, in order
 //     per aggregate. Run the suite with -race: it fails a sink with a data race.
 //
+// Beyond the checks, [RelayDelivers], [RelayOutage] and [RelayRejects] run the relay
+// end to end through the sink, on a [RelayHarness]: every event delivered once and in
+// order, an outage that the breaker holds without counting attempts, a refused event
+// that goes dead with its reason while the others flow. [CheckDelivered] compares
+// what an independent consumer read with what was written; [Reroute] and [Refusals]
+// help a harness isolate its subtests and make a real broker refuse a message.
+//
 // A check skipped for lack of a harness feature says which one in its skip message.
 // The suite's own tests run every check against a sink broken in the way above and
 // expect that check to fail.
