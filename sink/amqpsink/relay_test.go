@@ -93,7 +93,7 @@ func TestConnectionDropWithConfirmsOutstanding(t *testing.T) {
 	}
 	done := make(chan []error, 1)
 	go func() { done <- sink.Publish(context.Background(), msgs) }()
-	waitFor(t, 10*time.Second, "the broker to hold the first wave", func() bool { return queued(t, tp) >= 10 })
+	sinktest.WaitFor(t, 10*time.Second, "the broker to hold the first wave", func() bool { return queued(t, tp) >= 10 })
 	p.Stop()
 	errs := <-done
 	for i, err := range errs {
@@ -115,7 +115,7 @@ func TestConnectionDropWithConfirmsOutstanding(t *testing.T) {
 		t.Fatal(err)
 	}
 	pending := msgs
-	waitFor(t, 30*time.Second, "the republish to be confirmed", func() bool {
+	sinktest.WaitFor(t, 30*time.Second, "the republish to be confirmed", func() bool {
 		var next []outbox.Message
 		for i, err := range sink.Publish(t.Context(), pending) {
 			if err != nil {

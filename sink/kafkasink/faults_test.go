@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/sink/kafkasink"
+	"github.com/outboxkit/outbox/sink/sinktest"
 )
 
 func event(aggregateID string) outbox.Message {
@@ -157,7 +158,7 @@ func TestPartitionCountChangeWarns(t *testing.T) {
 	if _, err := adm.CreatePartitions(t.Context(), 1, "outbox.event.order"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the partition count warning", func() bool {
+	sinktest.WaitFor(t, 20*time.Second, "the partition count warning", func() bool {
 		if err := sink.Publish(t.Context(), []outbox.Message{event("o-1")})[0]; err != nil {
 			t.Fatal(err)
 		}

@@ -178,10 +178,10 @@ func TestServerRestartRetryIsDeduplicated(t *testing.T) {
 		t.Fatalf("publish with the server down: %v, want unavailable", err)
 	}
 	runServer(t, opts)
-	waitFor(t, 10*time.Second, "the client to reconnect", nc.IsConnected)
+	sinktest.WaitFor(t, 10*time.Second, "the client to reconnect", nc.IsConnected)
 	first.Attempt, second.Attempt = 2, 2
 	var errs []error
-	waitFor(t, 10*time.Second, "the stream to take publishes again", func() bool {
+	sinktest.WaitFor(t, 10*time.Second, "the stream to take publishes again", func() bool {
 		errs = sink.Publish(t.Context(), []outbox.Message{first, second})
 		return errs[0] == nil && errs[1] == nil
 	})

@@ -24,9 +24,9 @@ type RelayHarness struct {
 	// QueryRow runs a query returning one row on the test's database and scans it
 	// into dest (pool.QueryRow(ctx, sql).Scan(dest...)). Required.
 	QueryRow func(ctx context.Context, sql string, dest ...any) error
-	// Start starts a relay with cfg over the database and the sink, running until the
-	// test ends. Required.
-	Start func(cfg *relay.Config) *relay.Relay
+	// NewRelay returns a relay with cfg over the database and the sink
+	// (relay.New(pool, sink, cfg)); the scenario runs it until the test ends. Required.
+	NewRelay func(cfg *relay.Config) (*relay.Relay, error)
 	// Read returns what an independent consumer (not the sink's code) reads from the
 	// broker, each aggregate's messages in the order the broker holds them. Required.
 	Read func(ctx context.Context) ([]outbox.Message, error)
@@ -63,7 +63,7 @@ const relayWait = time.Minute
 func RelayDelivers(t *testing.T, h RelayHarness) []outbox.Message {
 	t.Helper()
 	want := h.write(t, "e2e", 50, 20, nil)
-	h.Start(RelayConfig())
+	h.start(t)
 	h.waitPublished(t, len(want))
 	CheckDelivered(t, want, h.read(t), true)
 	return want
@@ -77,12 +77,12 @@ func RelayDelivers(t *testing.T, h RelayHarness) []outbox.Message {
 func RelayOutage(t *testing.T, h RelayHarness) {
 	t.Helper()
 	want := h.write(t, "before", 10, 10, nil)
-	r := h.Start(RelayConfig())
+	r := h.start(t)
 	h.waitPublished(t, len(want))
 
 	h.SetDown(true)
 	more := h.write(t, "during", 20, 10, nil)
-	waitFor(t, relayWait, "the relay's breaker to open", func() bool {
+	WaitFor(t, relayWait, "the relay's breaker to open", func() bool {
 		if n := h.count(t, publishedSQL); n != len(want) {
 			t.Fatalf("%d events published while the broker was out of reach, want %d", n, len(want))
 		}
@@ -115,9 +115,9 @@ func RelayRejects(t *testing.T, h RelayHarness, poison func(*outbox.Event), reas
 			poison(e)
 		}
 	})
-	h.Start(RelayConfig())
+	h.start(t)
 	h.waitPublished(t, len(want)-4) // the poisoned aggregate's versions 2 to 5 are held
-	waitFor(t, relayWait, "the refused event to be dead", func() bool {
+	WaitFor(t, relayWait, "the refused event to be dead", func() bool {
 		return h.count(t, `SELECT count(*) FROM outbox.events WHERE dead_at IS NOT NULL`) == 1
 	})
 	var aggregateID, lastError string
@@ -179,6 +179,25 @@ func (h RelayHarness) write(t *testing.T, prefix string, n, perAggregate int, ch
 	return want
 }
 
+// start runs a relay with [RelayConfig] until t ends.
+func (h RelayHarness) start(t *testing.T) *relay.Relay {
+	t.Helper()
+	r, err := h.NewRelay(RelayConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+	return r
+}
+
 func (h RelayHarness) count(t *testing.T, sql string) int {
 	t.Helper()
 	var n int
@@ -190,7 +209,7 @@ func (h RelayHarness) count(t *testing.T, sql string) int {
 
 func (h RelayHarness) waitPublished(t *testing.T, n int) {
 	t.Helper()
-	waitFor(t, relayWait, fmt.Sprintf("%d events published", n), func() bool { return h.count(t, publishedSQL) == n })
+	WaitFor(t, relayWait, fmt.Sprintf("%d events published", n), func() bool { return h.count(t, publishedSQL) == n })
 }
 
 func (h RelayHarness) read(t *testing.T) []outbox.Message {
@@ -204,8 +223,9 @@ func (h RelayHarness) read(t *testing.T) []outbox.Message {
 	return got
 }
 
-// waitFor polls cond every 20 ms until it holds, failing t after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// WaitFor polls cond every 20 ms until it holds, failing t (with what it waited
+// for) after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(20 * time.Millisecond)

@@ -27,19 +27,9 @@ func relayHarness(t *testing.T, broker *memsink.Sink, sink outbox.Sink) sinktest
 			return outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), events...) })
 		},
 		QueryRow: func(ctx context.Context, sql string, dest ...any) error { return pool.QueryRow(ctx, sql).Scan(dest...) },
-		Start: func(cfg *relay.Config) *relay.Relay {
-			r, err := relay.New(pool, sink, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- r.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
-			return r
-		},
-		Read:    func(context.Context) ([]outbox.Message, error) { return broker.Messages(), nil },
-		SetDown: broker.SetDown,
+		NewRelay: func(cfg *relay.Config) (*relay.Relay, error) { return relay.New(pool, sink, cfg) },
+		Read:     func(context.Context) ([]outbox.Message, error) { return broker.Messages(), nil },
+		SetDown:  broker.SetDown,
 	}
 }
 
