@@ -193,19 +193,3 @@ func TestServerRestartRetryIsDeduplicated(t *testing.T) {
 		t.Fatalf("stream holds %d messages, want 2: the first event's retry was stored again", info.State.Msgs)
 	}
 }
-
-// runServer starts an embedded server with opts, shut down when t ends.
-func runServer(t *testing.T, opts *server.Options) *server.Server {
-	t.Helper()
-	o := *opts
-	s, err := server.NewServer(&o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded nats server did not start")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}

@@ -33,9 +33,14 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // startServer starts an embedded NATS server with JetStream for t.
 func startServer(t *testing.T) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
+	return runServer(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+}
+
+// runServer starts an embedded server with opts, shut down when t ends.
+func runServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	o := *opts
+	s, err := server.NewServer(&o)
 	if err != nil {
 		t.Fatal(err)
 	}
