@@ -205,14 +205,15 @@ func (s *Sink) keepConnected(sess *session) {
 		case reason = <-connClosed:
 		case reason = <-chClosed:
 		case <-s.stop:
-			_ = sess.conn.Close()
+			// Bounded: a broker that blocks the connection does not read its close.
+			_ = sess.conn.CloseDeadline(time.Now().Add(s.cfg.ConfirmTimeout))
 			return
 		}
 		s.mu.Lock()
 		s.sess = nil
 		s.signalLocked()
 		s.mu.Unlock()
-		_ = sess.conn.Close()
+		_ = sess.conn.CloseDeadline(time.Now().Add(s.cfg.ConfirmTimeout))
 		s.cfg.Logger.Warn("amqpsink: connection lost; reconnecting", slog.Any("reason", reason))
 		wait := s.cfg.ReconnectMin
 		for {
@@ -239,7 +240,8 @@ func (s *Sink) keepConnected(sess *session) {
 	}
 }
 
-// Close closes the connection and stops reconnecting.
+// Close closes the connection (waiting at most ConfirmTimeout for the broker) and
+// stops reconnecting.
 func (s *Sink) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -380,8 +382,16 @@ func (s *Sink) sendWave(ctx context.Context, sess *session, msgs []outbox.Messag
 		select {
 		case <-p.dc.Done():
 		case <-timer.C:
+			s.mu.Lock()
+			blocked := sess.blocked
+			s.mu.Unlock()
 			for _, q := range sent[n:] {
-				plan.Fail(q.i, s.dropped(sess, msgs[q.i], fmt.Errorf("no confirm within %s", s.cfg.ConfirmTimeout)))
+				err := s.dropped(sess, msgs[q.i], fmt.Errorf("no confirm within %s", s.cfg.ConfirmTimeout))
+				if blocked != "" && !outbox.IsUnavailable(err) {
+					// The broker stopped reading: an alarm, not this message.
+					err = outbox.Unavailable(fmt.Errorf("%w; the broker has blocked the connection: %s", err, blocked))
+				}
+				plan.Fail(q.i, err)
 			}
 			return
 		case <-ctx.Done():

@@ -40,9 +40,15 @@ type topology struct {
 
 func newTopology(t *testing.T, binding string) topology {
 	t.Helper()
-	conn, err := amqp.Dial(brokerURL(brokerAddr))
+	return newTopologyAt(t, brokerAddr, binding)
+}
+
+// newTopologyAt is newTopology on the broker at addr.
+func newTopologyAt(t *testing.T, addr, binding string) topology {
+	t.Helper()
+	conn, err := amqp.Dial(brokerURL(addr))
 	if err != nil {
-		t.Fatalf("connect to RabbitMQ at %s: %v", brokerAddr, err)
+		t.Fatalf("connect to RabbitMQ at %s: %v", addr, err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	n := names.Add(1)
