@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/sink/amqpsink"
 	"github.com/outboxkit/outbox/sink/sinktest"
@@ -83,5 +85,23 @@ func TestNewValidates(t *testing.T) {
 		if _, err := amqpsink.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New(%+v) = %v, want an error about %s", c.cfg, err, c.want)
 		}
+	}
+}
+
+// A message the broker nacks (its queue is full and rejects publishes) fails
+// transiently, alone: neither an outage nor a permanent failure.
+func TestNackIsTransient(t *testing.T) {
+	t.Parallel()
+	tp := newTopologyArgs(t, brokerAddr, "order.#", amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
+	sink := newSink(t, brokerURL(brokerAddr), tp.exchange, nil)
+	msg := func(id string) outbox.Message {
+		return outbox.Message{ID: outbox.NewID(), AggregateType: "order", AggregateID: id, EventType: "order.paid", SchemaVersion: 1, Attempt: 1}
+	}
+	if err := sink.Publish(t.Context(), []outbox.Message{msg("o-1")})[0]; err != nil {
+		t.Fatal(err)
+	}
+	err := sink.Publish(t.Context(), []outbox.Message{msg("o-2")})[0]
+	if err == nil || outbox.IsUnavailable(err) || outbox.IsPermanent(err) || !strings.Contains(err.Error(), "nacked") {
+		t.Fatalf("publish into a full reject-publish queue: %v, want a transient nack", err)
 	}
 }

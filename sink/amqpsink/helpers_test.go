@@ -46,6 +46,12 @@ func newTopology(t *testing.T, binding string) topology {
 // newTopologyAt is newTopology on the broker at addr.
 func newTopologyAt(t *testing.T, addr, binding string) topology {
 	t.Helper()
+	return newTopologyArgs(t, addr, binding, nil)
+}
+
+// newTopologyArgs is newTopologyAt with the queue declared with args.
+func newTopologyArgs(t *testing.T, addr, binding string, args amqp.Table) topology {
+	t.Helper()
 	conn, err := amqp.Dial(brokerURL(addr))
 	if err != nil {
 		t.Fatalf("connect to RabbitMQ at %s: %v", addr, err)
@@ -61,7 +67,7 @@ func newTopologyAt(t *testing.T, addr, binding string) topology {
 	if err := ch.ExchangeDeclare(tp.exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(tp.queue, true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(tp.queue, true, false, false, false, args); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.QueueBind(tp.queue, binding, tp.exchange, false, nil); err != nil {
