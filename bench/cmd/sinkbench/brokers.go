@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/sink/amqpsink"
 	"github.com/outboxkit/outbox/sink/kafkasink"
+	"github.com/outboxkit/outbox/sink/memsink"
 	"github.com/outboxkit/outbox/sink/natssink"
 	"github.com/outboxkit/outbox/sink/sinkformat"
 )
@@ -33,8 +34,14 @@ func (b *broker) close() {
 	}
 }
 
+// memory names the pseudo-broker of the in-memory sink: its plain loop publishes
+// nowhere.
+const memory = "memory"
+
 func newBroker(ctx context.Context, name string, o options) (*broker, error) {
 	switch name {
+	case memory:
+		return &broker{sink: &memsink.Sink{}, plain: func(context.Context, []row) error { return nil }}, nil
 	case "kafka":
 		return newKafka()
 	case "nats":
