@@ -1,19 +1,39 @@
 module github.com/outboxkit/outbox/bench
 
-go 1.26
+go 1.26.0
 
 replace github.com/outboxkit/outbox => ../
 
 require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats.go v1.55.0
 	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
-	golang.org/x/sync v0.22.0
+	github.com/outboxkit/outbox/sink/amqpsink v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/sink/kafkasink v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/sink/natssink v0.0.0-00010101000000-000000000000
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	golang.org/x/sync v0.24.0
 )
 
 require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
+
+replace (
+	github.com/outboxkit/outbox/sink/amqpsink => ../sink/amqpsink
+	github.com/outboxkit/outbox/sink/kafkasink => ../sink/kafkasink
+	github.com/outboxkit/outbox/sink/natssink => ../sink/natssink
 )

@@ -13,13 +13,16 @@ import (
 
 var errRefused = errors.New("refused by the test")
 
-// harness makes the sink's FailFunc refuse what the suite asks it to.
+// harness makes the sink's FailFunc refuse what the suite asks it to, and SetDown take
+// it down. It has no broker message id to check.
 func harness(s *memsink.Sink) sinktest.Harness {
 	return sinktest.Harness{
 		Sink: s,
 		Received: func(context.Context) ([]outbox.Message, error) {
 			return s.Messages(), nil
 		},
+		SetDown:       s.SetDown,
+		OutageTimeout: 5 * time.Second,
 		FailWhen: func(refuse func(outbox.Message) bool) {
 			s.FailFunc = nil
 			if refuse != nil {

@@ -1,8 +1,11 @@
 package sinktest
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +29,10 @@ var checks = []struct {
 	{"FailureStopsAggregate", testFailureStopsAggregate},
 	{"ResultsLineUp", testResultsLineUp},
 	{"PayloadTooLarge", testPayloadTooLarge},
+	{"FailureMidBatch", testFailureMidBatch},
+	{"HeaderValues", testHeaderValues},
+	{"MessageIDs", testMessageIDs},
+	{"Outage", testOutage},
 	{"Concurrent", testConcurrent},
 }
 
@@ -301,6 +308,201 @@ func testPayloadTooLarge(s *suite) {
 	got := s.received()
 	s.checkAcked(msgs, errs, got)
 	s.checkNotHeld([]outbox.Message{over, after}, got, "it was too large or followed one that was")
+}
+
+func testFailureMidBatch(s *suite) {
+	if s.h.FailWhen == nil {
+		s.t.Skip("the harness cannot make its broker refuse a message (Harness.FailWhen is nil)")
+	}
+	// 8 aggregates of 25 messages, interleaved; aggregates 1, 4 and 6 are refused at
+	// their 12th message, so 13 more of each are in flight behind the refusal in a sink
+	// that pipelines.
+	const aggregates, perAggregate, refusedAt = 8, 25, 12
+	refusedAgg := map[int]bool{1: true, 4: true, 6: true}
+	var g gen
+	var msgs, stopped []outbox.Message
+	refuse := make(map[uuid.UUID]bool)
+	for i := range perAggregate {
+		for a := range aggregates {
+			m := g.next("order", fmt.Sprintf("m-%d", a))
+			msgs = append(msgs, m)
+			if refusedAgg[a] && i+1 >= refusedAt {
+				stopped = append(stopped, m)
+				if i+1 == refusedAt {
+					refuse[m.ID] = true
+				}
+			}
+		}
+	}
+	s.h.FailWhen(func(m outbox.Message) bool { return refuse[m.ID] })
+	errs := s.publish(s.t.Context(), msgs)
+	s.h.FailWhen(nil)
+	mustFail := ids(stopped)
+	var problems []string
+	for i, m := range msgs {
+		switch err := errs[i]; {
+		case refuse[m.ID] && outbox.IsUnavailable(err):
+			problems = append(problems, fmt.Sprintf("the broker refused message %d alone, but the sink reported itself unavailable: %v", i, err))
+		case mustFail[m.ID] && err == nil:
+			problems = append(problems, fmt.Sprintf("message %d (seq %d of %s) was acked, but an earlier message of its aggregate was refused", i, m.Seq, aggregateOf(m)))
+		case !mustFail[m.ID] && err != nil:
+			problems = append(problems, fmt.Sprintf("message %d (seq %d of %s) failed, but its aggregate had no refusal before it: %v", i, m.Seq, aggregateOf(m), err))
+		}
+	}
+	s.report(problems)
+	got := s.received()
+	s.checkAcked(msgs, errs, got)
+	s.checkOrder(got)
+	s.checkNotHeld(stopped, got, "an earlier message of its aggregate was refused: a consumer would see a gap")
+}
+
+// HeaderValueLimitBytes is the size of the over-long header value the HeaderValues
+// check sends: over what AMQP's default frame and most brokers' header limits take.
+const HeaderValueLimitBytes = 200 << 10
+
+func testHeaderValues(s *suite) {
+	var g gen
+	other := outbox.NewID()
+	hostile := []map[string]string{
+		{"x-inject": "v\r\nid: " + other.String()},
+		{"x-inject": "v\nNats-Msg-Id: " + other.String()},
+		{"x-nul": "a\x00b"},
+		{"x-bell": "a\ab"},
+		{"id": other.String()},
+		{"ID": other.String()},
+		{"message-id": other.String()},
+		{"Nats-Msg-Id": other.String()},
+		{"Content-Type": "text/evil"},
+		{"ce_id": other.String(), "ce-id": other.String()},
+		{"x-long": strings.Repeat("v", HeaderValueLimitBytes)},
+		{"bad name": "v"},
+		{"bad:name": "v"},
+	}
+	var msgs, probes []outbox.Message
+	for i, h := range hostile {
+		m := g.next("header", fmt.Sprintf("h-%d", i))
+		m.Headers = h
+		msgs = append(msgs, m)
+	}
+	for i := range 4 {
+		m := g.next("plain", fmt.Sprintf("p-%d", i))
+		m.Headers = map[string]string{"tenant": "acme", "tab": "a\tb"}
+		msgs = append(msgs, m)
+		probes = append(probes, m)
+	}
+	errs := s.publish(s.t.Context(), msgs)
+	var problems []string
+	var refused []outbox.Message
+	for i, m := range msgs[:len(hostile)] {
+		switch err := errs[i]; {
+		case err == nil:
+		case outbox.IsPermanent(err):
+			refused = append(refused, m)
+		default:
+			problems = append(problems, fmt.Sprintf("message %d with headers %.80q failed, neither delivered nor refused as permanent (retrying cannot help): %v", i, m.Headers, err))
+		}
+	}
+	s.report(problems)
+	s.checkAllOK(probes, errs[len(hostile):])
+	got := s.received() // compares every header of what arrived, and refuses unknown ids
+	s.checkAcked(msgs, errs, got)
+	s.checkNotHeld(refused, got, "the sink refused it")
+}
+
+func testMessageIDs(s *suite) {
+	if s.h.MessageIDs == nil {
+		s.t.Skip("the broker has no message id field to check (Harness.MessageIDs is nil)")
+	}
+	var g gen
+	var msgs []outbox.Message
+	for i := range 10 {
+		msgs = append(msgs, g.next("order", fmt.Sprintf("i-%d", i%3)))
+	}
+	errs := s.publish(s.t.Context(), msgs)
+	s.checkAllOK(msgs, errs)
+	got := s.received()
+	s.checkAcked(msgs, errs, got)
+	ctx, cancel := context.WithTimeout(s.t.Context(), readTimeout)
+	defer cancel()
+	brokerIDs, err := s.h.MessageIDs(ctx)
+	if err != nil {
+		s.t.Fatalf("MessageIDs: %v", err)
+	}
+	byBroker := make(map[string]int)
+	for _, id := range brokerIDs {
+		byBroker[id]++
+	}
+	var problems []string
+	for _, m := range got {
+		if byBroker[m.ID.String()] == 0 {
+			problems = append(problems, fmt.Sprintf("the broker holds event %s, but not under that message id (its message ids: %.200q)", m.ID, brokerIDs))
+		}
+	}
+	if len(brokerIDs) != len(got) {
+		problems = append(problems, fmt.Sprintf("the broker holds %d messages but %d message ids", len(got), len(brokerIDs)))
+	}
+	s.report(problems)
+}
+
+const (
+	// defaultOutageTimeout is Harness.OutageTimeout's default.
+	defaultOutageTimeout = 30 * time.Second
+	// shortDeadline is the ctx deadline of the Outage check's second call.
+	shortDeadline = 300 * time.Millisecond
+	// retryEvery is how often the Outage check retries once the broker is back, as the
+	// relay's breaker probes.
+	retryEvery = 100 * time.Millisecond
+)
+
+func testOutage(s *suite) {
+	if s.h.SetDown == nil {
+		s.t.Skip("the harness cannot take its broker down (Harness.SetDown is nil)")
+	}
+	timeout := cmp.Or(s.h.OutageTimeout, defaultOutageTimeout)
+	ctx := s.t.Context()
+	var g gen
+	warm := []outbox.Message{g.next("order", "w-1"), g.next("order", "w-2")}
+	errs := s.publish(ctx, warm)
+	s.checkAllOK(warm, errs)
+
+	s.h.SetDown(true)
+	up := false
+	defer func() {
+		if !up {
+			s.h.SetDown(false)
+		}
+	}()
+	var down, short []outbox.Message
+	for i := range 12 {
+		down = append(down, g.next("order", fmt.Sprintf("d-%d", i%4)))
+	}
+	for i := range 4 {
+		short = append(short, g.next("order", fmt.Sprintf("s-%d", i)))
+	}
+	var problems []string
+	for i, err := range s.publishWithin(ctx, down, timeout, "the broker is unreachable") {
+		if !outbox.IsUnavailable(err) {
+			problems = append(problems, fmt.Sprintf("message %d with the broker unreachable: %v, want an error marked outbox.Unavailable (the relay would count an attempt, and in the end a dead letter)", i, err))
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, shortDeadline)
+	defer cancel()
+	for i, err := range s.publishWithin(sctx, short, shortDeadline+promptly, "its ctx has a short deadline and the broker is unreachable") {
+		if !outbox.IsUnavailable(err) && (sctx.Err() == nil || !errors.Is(err, sctx.Err())) {
+			problems = append(problems, fmt.Sprintf("message %d with the broker unreachable and a %v deadline: %v, want an error marked outbox.Unavailable, or the ctx's error once it ended", i, shortDeadline, err))
+		}
+	}
+	s.report(problems)
+	outage := append(slices.Clone(down), short...)
+	s.checkNotHeld(outage, s.received(), "the broker was unreachable when it was published")
+
+	s.h.SetDown(false)
+	up = true
+	retry := again(outage)
+	s.publishUntilAcked(ctx, retry, timeout)
+	got := s.received()
+	s.checkAcked(retry, make([]error, len(retry)), got)
+	s.checkOrder(got)
 }
 
 func testConcurrent(s *suite) {

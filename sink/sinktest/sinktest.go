@@ -46,9 +46,33 @@
 //     order of msgs.
 //   - PayloadTooLarge (needs [Features.MaxPayloadBytes]): a payload one byte over the
 //     limit fails with an error marked [outbox.Permanent], and stops its aggregate.
+//   - FailureMidBatch (needs [Harness.FailWhen]): long runs of interleaved aggregates,
+//     each refused in its middle: nothing after the refusal reaches the broker. Fails a
+//     sink that pipelines an aggregate's messages past a refused one.
+//   - HeaderValues: headers that would pose as the event's attributes or break a header
+//     line (CR LF, NUL, a reserved name, a value over a broker's limit) are delivered
+//     intact or refused with [outbox.Permanent], never injected or turned into
+//     another event; other aggregates flow. Fails a sink that lets a header override
+//     the event id, or reports such a header as a transient failure.
+//   - MessageIDs (needs [Harness.MessageIDs]): the broker's message id of every message
+//     is its event id. Fails a sink that leaves the broker to pick one.
+//   - Outage (needs [Harness.SetDown]): with the broker unreachable, Publish fails every
+//     message within [Harness.OutageTimeout], each with an error marked
+//     [outbox.Unavailable] (or its ctx's error once ctx is done), and nothing reaches
+//     the broker; once it is back the same sink delivers everything, in order. Fails a
+//     sink that turns an outage into per-message failures (which the relay would count
+//     as attempts, then dead letters), waits an outage out, or never recovers.
 //   - Concurrent: Publish calls from several goroutines at once all succeed, in order
 //     per aggregate. Run the suite with -race: it fails a sink with a data race.
 //
+// Beyond the checks, [RelayDelivers], [RelayOutage] and [RelayRejects] run the relay
+// end to end through the sink, on a [RelayHarness]: every event delivered once and in
+// order, an outage that the breaker holds without counting attempts, a refused event
+// that goes dead with its reason while the others flow. [CheckDelivered] compares
+// what an independent consumer read with what was written; [Reroute] and [Refusals]
+// help a harness isolate its subtests and make a real broker refuse a message.
+//
+// A check skipped for lack of a harness feature says which one in its skip message.
 // The suite's own tests run every check against a sink broken in the way above and
 // expect that check to fail.
 package sinktest
@@ -56,6 +80,7 @@ package sinktest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/outbox"
 )
@@ -91,6 +116,26 @@ type Harness struct {
 	// message with an error that is not [outbox.Unavailable]. Default nil: the harness
 	// cannot make its broker refuse a message, and the checks that need it are skipped.
 	FailWhen func(refuse func(outbox.Message) bool)
+
+	// SetDown, when set, takes the broker out of the sink's reach (true) — typically a
+	// proxy the test controls between sink and broker stops forwarding and drops the
+	// connections it holds — and brings it back (false), without the sink being told
+	// or rebuilt. Received must still read the broker while it is down (around the
+	// proxy). The suite calls it only while no Publish is running, and ends every check
+	// with the broker up. Default nil: the harness cannot take its broker down, and the
+	// Outage check is skipped.
+	SetDown func(down bool)
+
+	// OutageTimeout bounds how long the Outage check waits for Publish to fail every
+	// message once the broker is down, and for the sink to deliver again once it is
+	// back. Set it a little above the sink's own detection timeouts. Default 30s.
+	OutageTimeout time.Duration
+
+	// MessageIDs, when set, returns the broker's own message id (or dedup key) of every
+	// message the broker holds from this harness's sink, read from the broker's field
+	// for it (AMQP message-id, Nats-Msg-Id, Kafka's id header), in any order. Default
+	// nil: the broker has no such field, and the MessageIDs check is skipped.
+	MessageIDs func(ctx context.Context) ([]string, error)
 }
 
 // Features describes what the broker cannot do. The zero value is a broker that can

@@ -3,12 +3,17 @@ package sinktest_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/sink/memsink"
@@ -24,7 +29,8 @@ var (
 const maxPayload = 1000
 
 // harness runs sink over a memsink broker that refuses the messages the suite asks it
-// to refuse and, when limit is set, permanently refuses payloads over limit bytes.
+// to refuse and, when limit is set, permanently refuses payloads over limit bytes. The
+// broker's message id is the header idHeader, which an [idSink] sets.
 func harness(broker *memsink.Sink, sink outbox.Sink, limit int) sinktest.Harness {
 	var refuse func(outbox.Message) bool
 	broker.FailFunc = func(m outbox.Message) error {
@@ -37,10 +43,49 @@ func harness(broker *memsink.Sink, sink outbox.Sink, limit int) sinktest.Harness
 		return nil
 	}
 	return sinktest.Harness{
-		Sink:     sink,
-		Received: func(context.Context) ([]outbox.Message, error) { return broker.Messages(), nil },
-		FailWhen: func(f func(outbox.Message) bool) { refuse = f },
+		Sink:          sink,
+		Received:      func(context.Context) ([]outbox.Message, error) { return broker.Messages(), nil },
+		FailWhen:      func(f func(outbox.Message) bool) { refuse = f },
+		SetDown:       broker.SetDown,
+		OutageTimeout: 2 * time.Second,
+		MessageIDs: func(context.Context) ([]string, error) {
+			var ids []string
+			for _, m := range broker.Messages() {
+				ids = append(ids, m.Headers[idHeader])
+			}
+			return ids, nil
+		},
 	}
+}
+
+// idHeader stands for the broker's message id field in these tests.
+const idHeader = "message-id"
+
+// idSink is a correct sink over a memsink broker: it sends each event id as the
+// broker's message id, and refuses (permanently) an event whose own headers would
+// take that field.
+type idSink struct{ broker *memsink.Sink }
+
+func (s idSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	var send []outbox.Message
+	var at []int
+	for i, m := range msgs {
+		if _, taken := m.Headers[idHeader]; taken {
+			errs[i] = outbox.Permanent(errors.New("header message-id is reserved"))
+			continue
+		}
+		m.Headers = maps.Clone(m.Headers)
+		if m.Headers == nil {
+			m.Headers = make(map[string]string)
+		}
+		m.Headers[idHeader] = m.ID.String()
+		send, at = append(send, m), append(at, i)
+	}
+	for j, err := range s.broker.Publish(ctx, send) {
+		errs[at[j]] = err
+	}
+	return errs
 }
 
 // A sink that keeps the contract passes every check, PayloadTooLarge included.
@@ -48,15 +93,20 @@ func TestCorrectSinkPasses(t *testing.T) {
 	t.Parallel()
 	sinktest.Run(t, func(*testing.T) sinktest.Harness {
 		broker := &memsink.Sink{}
-		return harness(broker, broker, maxPayload)
+		return harness(broker, idSink{broker}, maxPayload)
 	}, sinktest.Features{MaxPayloadBytes: maxPayload})
 }
 
-// brokenSink publishes to a memsink broker, breaking the contract in one way.
+// brokenSink publishes to a memsink broker through an idSink, breaking the contract
+// in one way.
 type brokenSink struct {
-	broker  *memsink.Sink
+	broker  idSink
+	raw     *memsink.Sink // the broker itself, without the idSink
 	publish publishFunc
 	calls   int // racy: written without a lock
+
+	mu        sync.Mutex
+	sawOutage bool
 }
 
 type publishFunc func(b *brokenSink, ctx context.Context, msgs []outbox.Message) []error
@@ -101,6 +151,19 @@ type broken struct {
 	catchers []string // the subtests that must fail
 	noLimit  bool     // the broker takes payloads over maxPayload
 	publish  publishFunc
+}
+
+// onOutage calls publish, and change for each message the broker reported down.
+func onOutage(change func(b *brokenSink, ctx context.Context, err error) error) publishFunc {
+	return func(b *brokenSink, ctx context.Context, msgs []outbox.Message) []error {
+		errs := b.broker.Publish(ctx, msgs)
+		for i, err := range errs {
+			if outbox.IsUnavailable(err) {
+				errs[i] = change(b, ctx, err)
+			}
+		}
+		return errs
+	}
 }
 
 var brokenSinks = []broken{
@@ -181,8 +244,70 @@ var brokenSinks = []broken{
 			return b.broker.Publish(ctx, msgs)
 		},
 	},
-	{name: "sends each message on its own", catchers: []string{"FailureStopsAggregate"}, publish: oneByOne(false)},
-	{name: "sends past a refusal but reports it unsent", catchers: []string{"FailureStopsAggregate"}, publish: oneByOne(true)},
+	{name: "sends each message on its own", catchers: []string{"FailureStopsAggregate", "FailureMidBatch"}, publish: oneByOne(false)},
+	{name: "sends past a refusal but reports it unsent", catchers: []string{"FailureStopsAggregate", "FailureMidBatch"}, publish: oneByOne(true)},
+	{
+		name: "leaves the message id to the broker", catchers: []string{"MessageIDs"},
+		publish: func(b *brokenSink, ctx context.Context, msgs []outbox.Message) []error {
+			return b.raw.Publish(ctx, msgs)
+		},
+	},
+	{
+		name: "lets a header pose as the event id", catchers: []string{"HeaderValues"},
+		publish: each(func(m *outbox.Message) {
+			if id, err := uuid.Parse(m.Headers["id"]); err == nil {
+				m.ID = id
+			}
+		}),
+	},
+	{
+		name: "reports a bad header as transient", catchers: []string{"HeaderValues"},
+		publish: func(b *brokenSink, ctx context.Context, msgs []outbox.Message) []error {
+			for _, m := range msgs {
+				for _, v := range m.Headers {
+					if strings.ContainsAny(v, "\r\n\x00") {
+						return slices.Repeat([]error{errors.New("bad header, try again")}, len(msgs))
+					}
+				}
+			}
+			return b.broker.Publish(ctx, msgs)
+		},
+	},
+	{
+		name: "reports an outage as a transient error", catchers: []string{"Outage"},
+		publish: onOutage(func(_ *brokenSink, _ context.Context, err error) error {
+			return errors.New(strings.TrimPrefix(err.Error(), "sink unavailable: "))
+		}),
+	},
+	{
+		name: "acks during an outage", catchers: []string{"Outage"},
+		publish: onOutage(func(*brokenSink, context.Context, error) error { return nil }),
+	},
+	{
+		name: "waits an outage out", catchers: []string{"Outage"},
+		publish: onOutage(func(_ *brokenSink, ctx context.Context, _ error) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}),
+	},
+	{
+		name: "never recovers from an outage", catchers: []string{"Outage"},
+		publish: func(b *brokenSink, ctx context.Context, msgs []outbox.Message) []error {
+			b.mu.Lock()
+			saw := b.sawOutage
+			b.mu.Unlock()
+			if saw {
+				return slices.Repeat([]error{outbox.Unavailable(memsink.ErrDown)}, len(msgs))
+			}
+			errs := b.broker.Publish(ctx, msgs)
+			if slices.ContainsFunc(errs, outbox.IsUnavailable) {
+				b.mu.Lock()
+				b.sawOutage = true
+				b.mu.Unlock()
+			}
+			return errs
+		},
+	},
 	{
 		name: "reports a refusal as unavailable", catchers: []string{"FailureStopsAggregate", "ResultsLineUp"},
 		publish: func(b *brokenSink, ctx context.Context, msgs []outbox.Message) []error {
@@ -238,7 +363,7 @@ func TestBrokenSink(t *testing.T) {
 		if b.noLimit {
 			limit = 0
 		}
-		return harness(broker, &brokenSink{broker: broker, publish: b.publish}, limit)
+		return harness(broker, &brokenSink{broker: idSink{broker}, raw: broker, publish: b.publish}, limit)
 	}, sinktest.Features{MaxPayloadBytes: maxPayload})
 }
 
@@ -283,10 +408,84 @@ func TestEveryCheckCatchesABrokenSink(t *testing.T) {
 	}
 	for _, c := range []string{
 		"Results", "Order", "Fields", "Payloads", "EmptyBatch", "CancelledContext",
-		"FailureStopsAggregate", "ResultsLineUp", "PayloadTooLarge", "Concurrent",
+		"FailureStopsAggregate", "ResultsLineUp", "PayloadTooLarge", "FailureMidBatch", "HeaderValues",
+		"MessageIDs", "Outage", "Concurrent",
 	} {
 		if !caught[c] {
 			t.Errorf("no broken sink is expected to fail check %s", c)
 		}
+	}
+}
+
+func delivered(ids ...uuid.UUID) []outbox.Message {
+	msgs := make([]outbox.Message, len(ids))
+	for i, id := range ids {
+		msgs[i] = outbox.Message{ID: id, AggregateType: "order", AggregateID: "o-1", SchemaVersion: 1}
+	}
+	return msgs
+}
+
+// CheckDelivered passes what arrived whole and in order, and fails each way it can
+// go wrong.
+func TestCheckDelivered(t *testing.T) {
+	t.Parallel()
+	a, b, c := outbox.NewID(), outbox.NewID(), outbox.NewID()
+	want := delivered(a, b, c)
+	changed := delivered(a, b, c)
+	changed[1].Payload = []byte("x")
+	for _, tc := range []struct {
+		name        string
+		got         []outbox.Message
+		exactlyOnce bool
+		fails       bool
+	}{
+		{"whole", delivered(a, b, c), true, false},
+		{"a duplicate, at least once", delivered(a, b, a, c), false, false},
+		{"a duplicate, exactly once", delivered(a, b, a, c), true, true},
+		{"one missing", delivered(a, c), false, true},
+		{"out of order", delivered(b, a, c), false, true},
+		{"an unknown one", delivered(a, b, c, outbox.NewID()), false, true},
+		{"one changed", changed, false, true},
+	} {
+		rec := &recorder{TB: t}
+		sinktest.CheckDelivered(rec, want, tc.got, tc.exactlyOnce)
+		if rec.failed != tc.fails {
+			t.Errorf("%s: failed = %v, want %v (%v)", tc.name, rec.failed, tc.fails, rec.msgs)
+		}
+	}
+}
+
+// recorder is a testing.TB that records failures instead of failing.
+type recorder struct {
+	testing.TB
+	failed bool
+	msgs   []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Error(args ...any) {
+	r.failed = true
+	r.msgs = append(r.msgs, fmt.Sprint(args...))
+}
+
+func (r *recorder) Errorf(format string, args ...any) { r.Error(fmt.Sprintf(format, args...)) }
+
+// Reroute changes only the Topic of the sink's copies.
+func TestReroute(t *testing.T) {
+	t.Parallel()
+	broker := &memsink.Sink{}
+	var refusals sinktest.Refusals
+	sink := sinktest.Reroute(broker, func(m outbox.Message) string {
+		if refusals.Refused(m) {
+			return "refused"
+		}
+		return "p." + m.Topic
+	})
+	msgs := delivered(outbox.NewID(), outbox.NewID())
+	refusals.Set(func(m outbox.Message) bool { return m.ID == msgs[1].ID })
+	sink.Publish(t.Context(), msgs)
+	got := broker.Messages()
+	if got[0].Topic != "p." || got[1].Topic != "refused" || msgs[0].Topic != "" || got[0].ID != msgs[0].ID {
+		t.Fatalf("rerouted %+v from %+v", got, msgs)
 	}
 }

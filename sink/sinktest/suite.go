@@ -54,17 +54,57 @@ func (s *suite) publish(ctx context.Context, msgs []outbox.Message) []error {
 // within promptly.
 func (s *suite) publishPromptly(ctx context.Context, msgs []outbox.Message) []error {
 	s.t.Helper()
+	return s.publishWithin(ctx, msgs, promptly, "its ctx was cancelled")
+}
+
+// publishWithin is publish that fails the test when Publish has not returned within
+// d; why says what should have made it return.
+func (s *suite) publishWithin(ctx context.Context, msgs []outbox.Message, d time.Duration, why string) []error {
+	s.t.Helper()
 	before := s.record(msgs)
 	done := make(chan []error, 1)
 	go func() { done <- s.h.Sink.Publish(ctx, msgs) }()
-	timer := time.NewTimer(promptly)
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case errs := <-done:
 		return s.checkShape(msgs, before, errs)
 	case <-timer.C:
-		s.t.Fatalf("Publish did not return within %v with its ctx cancelled", promptly)
+		s.t.Fatalf("Publish did not return within %v, though %s", d, why)
 		return nil
+	}
+}
+
+// publishUntilAcked publishes msgs, then again those not acked (in their order), as
+// the relay retries, until every one is acked; it fails the test when that takes
+// longer than d.
+func (s *suite) publishUntilAcked(ctx context.Context, msgs []outbox.Message, d time.Duration) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	pending := msgs
+	var last []error
+	for tries := 1; ; tries++ {
+		errs := s.publish(ctx, pending)
+		var next []outbox.Message
+		last = last[:0]
+		for i, err := range errs {
+			if err != nil {
+				next = append(next, pending[i])
+				last = append(last, err)
+			}
+		}
+		if pending = again(next); len(pending) == 0 {
+			return
+		}
+		timer := time.NewTimer(retryEvery)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			s.t.Fatalf("after the broker came back, %d of %d messages still failed after %d tries in %v; the first error: %v",
+				len(pending), len(msgs), tries, d, last[0])
+		}
 	}
 }
 

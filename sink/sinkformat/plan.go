@@ -1,0 +1,86 @@
+package sinkformat
+
+import "github.com/outboxkit/outbox"
+
+// Plan orders one Publish call for a sink that pipelines: each wave holds the next
+// message of every aggregate that has not failed, so a sink can send a whole wave
+// before waiting for its acks, and never sends a message of an aggregate whose
+// earlier message failed. Messages of one aggregate go out one wave after another, in
+// the order of msgs. A Plan is not safe for concurrent use.
+type Plan struct {
+	errs    []error
+	queues  [][]int // per aggregate, in order of first appearance: message indexes in order
+	stop    []int   // per queue: the position of its first failure, or len(queue)
+	queueOf []int   // message index → queue
+	posOf   []int   // message index → position in its queue
+	wave    int
+}
+
+// NewPlan plans the publication of msgs.
+func NewPlan(msgs []outbox.Message) *Plan {
+	p := &Plan{errs: make([]error, len(msgs)), queueOf: make([]int, len(msgs)), posOf: make([]int, len(msgs))}
+	index := make(map[[2]string]int)
+	for i := range msgs {
+		k := [2]string{msgs[i].AggregateType, msgs[i].AggregateID}
+		q, ok := index[k]
+		if !ok {
+			q = len(p.queues)
+			index[k] = q
+			p.queues = append(p.queues, nil)
+		}
+		p.queueOf[i], p.posOf[i] = q, len(p.queues[q])
+		p.queues[q] = append(p.queues[q], i)
+	}
+	p.stop = make([]int, len(p.queues))
+	for q := range p.queues {
+		p.stop[q] = len(p.queues[q])
+	}
+	return p
+}
+
+// Next returns the indexes (into msgs) of the next wave, in the order of msgs, or nil
+// when nothing is left to send.
+func (p *Plan) Next() []int {
+	var wave []int
+	for q, queue := range p.queues {
+		if p.wave < p.stop[q] {
+			wave = append(wave, queue[p.wave])
+		}
+	}
+	p.wave++
+	return wave
+}
+
+// Fail records err as message i's result. The later messages of its aggregate are not
+// sent: their result is [outbox.ErrNotSent] — or err itself when it is marked
+// [outbox.Unavailable], so that every message of a call that met an outage says so.
+func (p *Plan) Fail(i int, err error) {
+	p.errs[i] = err
+	q, pos := p.queueOf[i], p.posOf[i]
+	if pos >= p.stop[q] {
+		return
+	}
+	later := outbox.ErrNotSent
+	if outbox.IsUnavailable(err) {
+		later = err
+	}
+	for _, j := range p.queues[q][pos+1 : p.stop[q]] {
+		p.errs[j] = later
+	}
+	p.stop[q] = pos
+}
+
+// FailRest records err as the result of the wave Next returned last and of every later
+// one — when ctx ends or the broker goes away before that wave is sent.
+func (p *Plan) FailRest(err error) {
+	from := max(p.wave-1, 0)
+	for q, queue := range p.queues {
+		for _, i := range queue[min(from, p.stop[q]):p.stop[q]] {
+			p.errs[i] = err
+		}
+		p.stop[q] = min(p.stop[q], from)
+	}
+}
+
+// Errors returns one result per message: nil for those neither failed nor stopped.
+func (p *Plan) Errors() []error { return p.errs }
