@@ -43,11 +43,11 @@ const batchSize = 100
 type mode int
 
 const (
-	modeBase    mode = iota // the business transaction alone
-	modeMinimal             // plus one INSERT into minimal_events
-	modeRaw                 // plus one hand-written INSERT into outbox.events
-	modeOutbox              // plus one outbox.Enqueue
-	modeOutboxJSONB         // plus one outbox.Enqueue into a schema whose payload column is jsonb
+	modeBase        mode = iota // the business transaction alone
+	modeMinimal                 // plus one INSERT into minimal_events
+	modeRaw                     // plus one hand-written INSERT into outbox.events
+	modeOutbox                  // plus one outbox.Enqueue
+	modeOutboxJSONB             // plus one outbox.Enqueue into a schema whose payload column is jsonb
 )
 
 var modes = []mode{modeBase, modeMinimal, modeRaw, modeOutbox, modeOutboxJSONB}
