@@ -100,3 +100,30 @@ func IsUnavailable(err error) bool {
 	var u unavailableError
 	return errors.As(err, &u)
 }
+
+type retryAfterError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e retryAfterError) Error() string { return e.err.Error() + " (retry after " + e.delay.String() + ")" }
+func (e retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter marks err as a transient failure of the message for which the broker asked
+// to be left alone for d (an HTTP 429 or 503 with Retry-After, say): the relay counts
+// the attempt and waits the longer of d and its own backoff before the next one.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return retryAfterError{err, d}
+}
+
+// RetryAfterOf returns the delay err asks for with [RetryAfter], if it does.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r retryAfterError
+	if errors.As(err, &r) {
+		return r.delay, true
+	}
+	return 0, false
+}

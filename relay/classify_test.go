@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -289,5 +290,32 @@ func TestPermanentRefusalsAreNeverAnOutage(t *testing.T) {
 				t.Fatalf("permanent refusals were taken for an outage: %+v", st)
 			}
 		})
+	}
+}
+
+// A broker that asks for a pause (outbox.RetryAfter: an HTTP 429 with Retry-After) gets
+// it: the next attempt waits the longer of that and the relay's own backoff (20 ms here).
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, []string{"limited"}, 1)
+	var attempts []time.Time
+	var mu sync.Mutex
+	sink := newTestSink()
+	sink.fail = func(outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, time.Now())
+		if len(attempts) == 1 {
+			return outbox.RetryAfter(errors.New("429 too many requests"), 700*time.Millisecond)
+		}
+		return nil
+	}
+	start(t, newRelay(t, pool, sink, fastConfig()))
+	sink.waitFor(t, 5*time.Second, "the event", func(m []outbox.Message) bool { return len(m) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := attempts[1].Sub(attempts[0]); gap < 650*time.Millisecond {
+		t.Fatalf("retried %s after a Retry-After of 700ms", gap)
 	}
 }

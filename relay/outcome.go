@@ -152,6 +152,9 @@ func (r *Relay) outcomes(msgs []outbox.Message, p published) (s settlement, down
 		default:
 			reason := truncate(err.Error())
 			delay := r.backoff(m.Attempt)
+			if asked, ok := outbox.RetryAfterOf(err); ok {
+				delay = max(delay, asked) // the broker asked for a pause: the longer wins
+			}
 			s.add(m.Seq, "retry", &reason, delay.Milliseconds())
 			s.retried++
 			if at := time.Now().Add(delay); s.earliestRetry.IsZero() || at.Before(s.earliestRetry) {
