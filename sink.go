@@ -106,7 +106,9 @@ type retryAfterError struct {
 	delay time.Duration
 }
 
-func (e retryAfterError) Error() string { return e.err.Error() + " (retry after " + e.delay.String() + ")" }
+func (e retryAfterError) Error() string {
+	return e.err.Error() + " (retry after " + e.delay.String() + ")"
+}
 func (e retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfter marks err as a transient failure of the message for which the broker asked
