@@ -88,6 +88,10 @@ type Sink struct {
 	mu     sync.Mutex // serialises rebuilds
 	client atomic.Pointer[kgo.Client]
 	closed atomic.Bool
+	// alone is held shared by every wave in flight and exclusively by a record tried
+	// again alone: the client batches the records of concurrent Publish calls together,
+	// and a batch shares its fate with every record in it.
+	alone sync.RWMutex
 }
 
 // New returns a sink producing with a kgo client built from cfg.Options. It does not
@@ -215,17 +219,21 @@ func (s *Sink) record(m *outbox.Message) (*kgo.Record, error) {
 }
 
 // produce sends one wave and waits for its results. A record the broker refused as
-// too large is tried again alone: a batch shares its fate with every record in it.
+// too large is tried again alone — with no other record in flight through the sink,
+// since the client batches the records of concurrent calls together and a batch shares
+// its fate with every record in it — and only then judged.
 func (s *Sink) produce(ctx context.Context, msgs []outbox.Message, records []*kgo.Record, wave []int, plan *sinkformat.Plan) {
 	client := s.client.Load()
 	j := &judge{s: s, ctx: ctx, client: client}
+	s.alone.RLock()
 	results := s.send(ctx, client, records, wave)
+	s.alone.RUnlock()
 	var tooLarge []int
 	var rebuild bool
 	for _, r := range results {
 		switch {
 		case r.err == nil:
-		case errors.Is(r.err, kerr.MessageTooLarge) && len(wave) > 1:
+		case errors.Is(r.err, kerr.MessageTooLarge):
 			tooLarge = append(tooLarge, r.i)
 		default:
 			err := j.classify(msgs[r.i], r.err)
@@ -234,7 +242,10 @@ func (s *Sink) produce(ctx context.Context, msgs []outbox.Message, records []*kg
 		}
 	}
 	for _, i := range tooLarge {
-		for _, r := range s.send(ctx, client, records, []int{i}) {
+		s.alone.Lock()
+		results := s.send(ctx, client, records, []int{i})
+		s.alone.Unlock()
+		for _, r := range results {
 			if r.err != nil {
 				plan.Fail(i, j.classify(msgs[i], r.err))
 			}
