@@ -64,3 +64,10 @@ func (b *breaker) inconclusive() {
 	defer b.mu.Unlock()
 	b.probing = false
 }
+
+// open reports whether the breaker is open or probing: the sink was last seen down.
+func (b *breaker) open() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.openUntil.IsZero()
+}

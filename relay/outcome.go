@@ -108,7 +108,8 @@ func isConnectionError(err error) bool {
 // outcomes sorts the sink's results. down reports that the sink as a whole failed:
 // nothing succeeded, and a message failed with [outbox.Unavailable] or a connection
 // error, or messages of at least Config.BreakerMinAggregates distinct aggregates failed
-// (transiently or by running out of time; a Permanent refusal is never an outage). Then
+// (transiently or by running out of time; a Permanent refusal is never an outage), or
+// any failed while the breaker was open (the sink was last seen down). Then
 // nothing is settled and no attempt is counted. When something succeeded, a message
 // that hit the sink being down counts no attempt either, but waits before it is tried
 // again.
@@ -126,7 +127,10 @@ func (r *Relay) outcomes(msgs []outbox.Message, p published) (s settlement, down
 			failedAggs[keyOf(msgs[i])] = true
 		}
 	}
-	if succeeded == 0 && (sinkLevel || len(failedAggs) >= r.cfg.BreakerMinAggregates) {
+	// While the breaker is open (this batch probes a sink last seen down), a batch in
+	// which nothing succeeded is the outage going on, however few aggregates it holds.
+	stillDown := r.breaker.open() && len(failedAggs) > 0
+	if succeeded == 0 && (sinkLevel || stillDown || len(failedAggs) >= r.cfg.BreakerMinAggregates) {
 		return settlement{}, true
 	}
 	for i, c := range classes {
