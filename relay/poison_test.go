@@ -94,7 +94,7 @@ func TestPoisonRowCannotStopTheRelay(t *testing.T) {
 				start(t, r)
 				sink.waitFor(t, p.within, "the 25 other events", func(m []outbox.Message) bool { return distinctIDs(m) == 25 })
 				t.Logf("the 25 other events delivered %s after the relay started", time.Since(started).Round(time.Millisecond))
-				waitSQL(t, pool, 5*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'poison' AND last_error LIKE '%`+p.why+`%'`)
+				waitSQL(t, pool, p.within, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'poison' AND last_error LIKE '%`+p.why+`%'`)
 				if st := r.Stats(); st.PoisonRows != 1 {
 					t.Fatalf("stats %+v: want one poison row", st)
 				}
