@@ -21,8 +21,9 @@ type batchTx struct {
 	open bool // BEGIN may have run and no COMMIT or ROLLBACK has
 }
 
-func (r *Relay) beginBatch(ctx context.Context) (*batchTx, error) {
-	conn, err := r.pool.Acquire(ctx)
+// begin takes a pool connection for a batch's transaction.
+func (b *batcher) begin(ctx context.Context) (*batchTx, error) {
+	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin claim: %w", err)
 	}

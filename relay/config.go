@@ -39,13 +39,14 @@ const (
 
 // Retention configures what happens to published events. Dead events are never purged.
 type Retention struct {
-	// Mode: default KeepThenDelete.
+	// Mode: default [DefaultRetentionMode] (KeepThenDelete).
 	Mode RetentionMode
-	// Keep is how long published events are kept. Default 7 days.
+	// Keep is how long published events are kept. Default [DefaultRetentionKeep] (7 days).
 	Keep time.Duration
-	// Interval between purge runs. Default 1 minute.
+	// Interval between purge runs. Default [DefaultRetentionInterval] (1 minute).
 	Interval time.Duration
-	// BatchSize is the seq range one purge statement covers. Default 1000.
+	// BatchSize is the seq range one purge statement covers. Default
+	// [DefaultRetentionBatchSize] (1000).
 	BatchSize int
 }
 
@@ -53,17 +54,17 @@ type Retention struct {
 type Config struct {
 	// Schema holding the outbox tables. Default "outbox".
 	Schema string
-	// Mode: default Ordered. Every relay of a schema must use the same mode
+	// Mode: default [DefaultMode] (Ordered). Every relay of a schema must use the same mode
 	// (recorded in relay_config; a relay with another refuses to start).
 	Mode Mode
 	// Partitions is the number of relay partitions (recorded in relay_config like
-	// Mode). Default 16, at most 4096.
+	// Mode). Default [DefaultPartitions] (16), at most 4096.
 	Partitions int
 	// BatchSize is the most events claimed by one batch (heads, in ordered mode).
-	// Default 100, between 1 and 10000.
+	// Default [DefaultBatchSize] (100), between 1 and 10000.
 	BatchSize int
 	// MaxPerAggregate is, in ordered mode, the most events of one aggregate in a batch;
-	// they are handed to the sink in order. Default 10.
+	// they are handed to the sink in order. Default [DefaultMaxPerAggregate] (10).
 	MaxPerAggregate int
 	// MaxBatchEvents is, in ordered mode, the most events in a batch: a batch of n
 	// heads (at most MaxBatchEvents) holds at most MaxBatchEvents / n events of each
@@ -72,26 +73,28 @@ type Config struct {
 	// 10000; between 1 and 100000.
 	MaxBatchEvents int
 	// BatchTimeout is the time budget of one batch: claim, publish and mark. A publish
-	// still running then is abandoned (its events are published again later). Default 30s.
+	// still running then is abandoned (its events are published again later). Default
+	// [DefaultBatchTimeout] (30s).
 	BatchTimeout time.Duration
 	// FallbackPollInterval is how long an idle relay waits before looking for work
 	// again while its wake-up listener works (notifications wake it sooner). It covers
-	// lost notifications. Default 5s.
+	// lost notifications. Default [DefaultFallbackPollInterval] (5s).
 	FallbackPollInterval time.Duration
 	// PollInterval is how long an idle relay waits before looking for work again when no
 	// listener works (Wakeup is WakeupPoll, the listener is reconnecting, or its
 	// self-test failed).
-	// Default 500ms.
+	// Default [DefaultPollInterval] (500ms).
 	PollInterval time.Duration
 	// Wakeup says how an idle relay learns of new events sooner than PollInterval.
-	// WakeupListen (the default) LISTENs, on one dedicated connection, for the wake-ups
+	// WakeupListen ([DefaultWakeup]) LISTENs, on one dedicated connection, for the wake-ups
 	// sent by outbox.Notifier and the opt-in trigger (InstallNotifyTrigger), and falls
 	// back to polling alone, with a warning, when its start-up self-test finds that
 	// notifications do not arrive (a transaction-pooling PgBouncer). WakeupPoll only polls.
 	Wakeup Wakeup
 	// Concurrency is the number of batches in flight at once, each holding a pool
 	// connection while its sink publishes; at most the pool's MaxConns. Default in
-	// Unordered mode: 2 among all the relays of the schema, at least 1 each — a relay
+	// Unordered mode: [DefaultUnorderedConcurrency] (2) among all the relays of the
+	// schema, at least 1 each — a relay
 	// alone runs 2 batches at once, relays that find others alive (they announce
 	// themselves in relay_members every LeaseTTL/3) run 1 each; and 1 on a pool of
 	// fewer than 4 connections (half the pool stays free for retention and for a sink or
@@ -106,16 +109,16 @@ type Config struct {
 	// aggregates are dealt out among them, each aggregate's messages in one call and in
 	// order, so a message that hangs, or a sink that publishes one message after
 	// another, holds up only the aggregates of its own call. 1: one call per batch.
-	// Default 32, at most 1024.
+	// Default [DefaultPublishCalls] (32), at most 1024.
 	PublishCalls int
 	// MaxAttempts is the attempt budget of an event failing transiently; it is dead
-	// when spent. Default 10. A permanent failure ([outbox.Permanent]) is dead at once.
+	// when spent. Default [DefaultMaxAttempts] (10). A permanent failure ([outbox.Permanent]) is dead at once.
 	MaxAttempts int
 	// RetryBaseDelay is the backoff after the first failed attempt; each further
 	// attempt doubles it, up to RetryMaxDelay, with equal jitter (the delay is between
-	// half and all of it). Default 1s.
+	// half and all of it). Default [DefaultRetryBaseDelay] (1s).
 	RetryBaseDelay time.Duration
-	// RetryMaxDelay caps the backoff. Default 10 minutes.
+	// RetryMaxDelay caps the backoff. Default [DefaultRetryMaxDelay] (10 minutes).
 	RetryMaxDelay time.Duration
 	// PublishPastDead lists aggregate types whose dead events do not hold the rest of
 	// their aggregate: later events are published past the hole. Default: none — a dead
@@ -123,20 +126,22 @@ type Config struct {
 	PublishPastDead []string
 	// BreakerMinAggregates: a batch in which nothing succeeded and failures span at
 	// least this many distinct aggregates means the sink is down (as does any error
-	// wrapped with outbox.Unavailable). Default 3.
+	// wrapped with outbox.Unavailable). Default [DefaultBreakerMinAggregates] (3).
 	BreakerMinAggregates int
 	// BreakerInitialDelay is how long the breaker stays open before the first probe;
-	// it doubles after each failed probe up to BreakerMaxDelay. Defaults 1s and 30s.
+	// it doubles after each failed probe up to BreakerMaxDelay. Default
+	// [DefaultBreakerInitialDelay] (1s).
 	BreakerInitialDelay time.Duration
-	// BreakerMaxDelay caps the breaker's wait between probes. Default 30s.
+	// BreakerMaxDelay caps the breaker's wait between probes. Default
+	// [DefaultBreakerMaxDelay] (30s).
 	BreakerMaxDelay time.Duration
 	// ShutdownTimeout bounds how long Run waits for in-flight batches after its
 	// context is cancelled; then their transactions are abandoned (rolled back), so
-	// their events stay pending. Default 10s.
+	// their events stay pending. Default [DefaultShutdownTimeout] (10s).
 	ShutdownTimeout time.Duration
 	// LeaseTTL is how long a relay partition's lease lasts without renewal (ordered
 	// mode). Renewed every LeaseTTL/3; after a relay dies, its partitions are taken over
-	// within about LeaseTTL. Default 10s.
+	// within about LeaseTTL. Default [DefaultLeaseTTL] (10s).
 	LeaseTTL time.Duration
 	// Retention of published events.
 	Retention Retention
@@ -144,42 +149,67 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// The defaults of [Config] and [Retention], each described at its field.
 const (
-	maxBatchSize = 10000
-	dayLong      = 24 * time.Hour
+	DefaultSchema               = sqlq.DefaultSchema
+	DefaultMode                 = Ordered
+	DefaultPartitions           = 16
+	DefaultBatchSize            = 100
+	DefaultMaxPerAggregate      = 10
+	DefaultBatchTimeout         = 30 * time.Second
+	DefaultFallbackPollInterval = 5 * time.Second
+	DefaultPollInterval         = 500 * time.Millisecond
+	DefaultWakeup               = WakeupListen
+	// DefaultUnorderedConcurrency is the number of batches in flight that the unordered
+	// relays of a schema share when their Concurrency is unset.
+	DefaultUnorderedConcurrency = 2
+	DefaultPublishCalls         = 32
+	DefaultMaxAttempts          = 10
+	DefaultRetryBaseDelay       = time.Second
+	DefaultRetryMaxDelay        = 10 * time.Minute
+	DefaultBreakerMinAggregates = 3
+	DefaultBreakerInitialDelay  = time.Second
+	DefaultBreakerMaxDelay      = 30 * time.Second
+	DefaultShutdownTimeout      = 10 * time.Second
+	DefaultLeaseTTL             = 10 * time.Second
+	DefaultRetentionMode        = KeepThenDelete
+	DefaultRetentionKeep        = 7 * 24 * time.Hour
+	DefaultRetentionInterval    = time.Minute
+	DefaultRetentionBatchSize   = 1000
 )
 
+const maxBatchSize = 10000
+
 // withDefaults returns a copy of c with defaults filled in, or an error naming the
-// first invalid field.
+// first invalid field. Concurrency stays as set (0: the default, see workerPlan).
 func (c *Config) withDefaults() (Config, error) {
 	var cfg Config
 	if c != nil {
 		cfg = *c
 	}
-	cfg.Schema = cmp.Or(cfg.Schema, sqlq.DefaultSchema)
-	cfg.Mode = cmp.Or(cfg.Mode, Ordered)
-	cfg.Partitions = cmp.Or(cfg.Partitions, 16)
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, 100)
-	cfg.MaxPerAggregate = cmp.Or(cfg.MaxPerAggregate, 10)
+	cfg.Schema = cmp.Or(cfg.Schema, DefaultSchema)
+	cfg.Mode = cmp.Or(cfg.Mode, DefaultMode)
+	cfg.Partitions = cmp.Or(cfg.Partitions, DefaultPartitions)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	cfg.MaxPerAggregate = cmp.Or(cfg.MaxPerAggregate, DefaultMaxPerAggregate)
 	cfg.MaxBatchEvents = cmp.Or(cfg.MaxBatchEvents, min(cfg.BatchSize*cfg.MaxPerAggregate, maxBatchSize))
-	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, 30*time.Second)
-	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
-	cfg.FallbackPollInterval = cmp.Or(cfg.FallbackPollInterval, 5*time.Second)
-	cfg.Wakeup = cmp.Or(cfg.Wakeup, WakeupListen)
-	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
-	cfg.PublishCalls = cmp.Or(cfg.PublishCalls, 32)
-	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
-	cfg.RetryBaseDelay = cmp.Or(cfg.RetryBaseDelay, time.Second)
-	cfg.RetryMaxDelay = cmp.Or(cfg.RetryMaxDelay, 10*time.Minute)
-	cfg.BreakerMinAggregates = cmp.Or(cfg.BreakerMinAggregates, 3)
-	cfg.BreakerInitialDelay = cmp.Or(cfg.BreakerInitialDelay, time.Second)
-	cfg.BreakerMaxDelay = cmp.Or(cfg.BreakerMaxDelay, 30*time.Second)
-	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 10*time.Second)
-	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 10*time.Second)
-	cfg.Retention.Mode = cmp.Or(cfg.Retention.Mode, KeepThenDelete)
-	cfg.Retention.Keep = cmp.Or(cfg.Retention.Keep, 7*dayLong)
-	cfg.Retention.Interval = cmp.Or(cfg.Retention.Interval, time.Minute)
-	cfg.Retention.BatchSize = cmp.Or(cfg.Retention.BatchSize, 1000)
+	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, DefaultBatchTimeout)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
+	cfg.FallbackPollInterval = cmp.Or(cfg.FallbackPollInterval, DefaultFallbackPollInterval)
+	cfg.Wakeup = cmp.Or(cfg.Wakeup, DefaultWakeup)
+	cfg.PublishCalls = cmp.Or(cfg.PublishCalls, DefaultPublishCalls)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.RetryBaseDelay = cmp.Or(cfg.RetryBaseDelay, DefaultRetryBaseDelay)
+	cfg.RetryMaxDelay = cmp.Or(cfg.RetryMaxDelay, DefaultRetryMaxDelay)
+	cfg.BreakerMinAggregates = cmp.Or(cfg.BreakerMinAggregates, DefaultBreakerMinAggregates)
+	cfg.BreakerInitialDelay = cmp.Or(cfg.BreakerInitialDelay, DefaultBreakerInitialDelay)
+	cfg.BreakerMaxDelay = cmp.Or(cfg.BreakerMaxDelay, DefaultBreakerMaxDelay)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
+	cfg.Retention.Mode = cmp.Or(cfg.Retention.Mode, DefaultRetentionMode)
+	cfg.Retention.Keep = cmp.Or(cfg.Retention.Keep, DefaultRetentionKeep)
+	cfg.Retention.Interval = cmp.Or(cfg.Retention.Interval, DefaultRetentionInterval)
+	cfg.Retention.BatchSize = cmp.Or(cfg.Retention.BatchSize, DefaultRetentionBatchSize)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -202,7 +232,7 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.PollInterval > 0, "PollInterval must be positive, got %s", cfg.PollInterval)
 	check(cfg.FallbackPollInterval > 0, "FallbackPollInterval must be positive, got %s", cfg.FallbackPollInterval)
 	check(cfg.Wakeup == WakeupListen || cfg.Wakeup == WakeupPoll, "Wakeup must be %q or %q, got %q", WakeupListen, WakeupPoll, cfg.Wakeup)
-	check(cfg.Concurrency >= 1 && cfg.Concurrency <= 64, "Concurrency must be between 1 and 64, got %d", cfg.Concurrency)
+	check(cfg.Concurrency >= 0 && cfg.Concurrency <= 64, "Concurrency must be between 1 and 64 (or 0: the default), got %d", cfg.Concurrency)
 	check(cfg.PublishCalls >= 1 && cfg.PublishCalls <= 1024, "PublishCalls must be between 1 and 1024, got %d", cfg.PublishCalls)
 	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)
 	check(cfg.RetryBaseDelay > 0, "RetryBaseDelay must be positive, got %s", cfg.RetryBaseDelay)
@@ -221,4 +251,44 @@ func (c *Config) withDefaults() (Config, error) {
 		return Config{}, fmt.Errorf("relay config: %w", errors.Join(errs...))
 	}
 	return cfg, nil
+}
+
+// workerPlan is how many batches a relay runs at once: at most max; with shared, its
+// share of DefaultUnorderedConcurrency among the live relays of the schema.
+type workerPlan struct {
+	max    int
+	shared bool
+}
+
+// workers returns the plan for c (defaults filled in) on a pool of maxConns
+// connections: Concurrency when set; else in ordered mode 1 (a relay's batches would
+// compete for the same heads), in unordered mode DefaultUnorderedConcurrency shared
+// with the schema's other relays (1 on a pool of fewer than 4 connections: half the pool
+// stays free for retention, a sink or the application).
+func (c *Config) workers(maxConns int) (workerPlan, error) {
+	p := workerPlan{max: c.Concurrency}
+	switch {
+	case c.Concurrency > 0:
+	case c.Mode == Ordered:
+		p.max = 1
+	default:
+		p.max, p.shared = min(DefaultUnorderedConcurrency, max(1, maxConns/2)), true
+	}
+	if p.max > maxConns {
+		return workerPlan{}, fmt.Errorf("relay config: Concurrency %d is more than the pool's MaxConns %d: batches would wait for each other's connections", p.max, maxConns)
+	}
+	p.shared = p.shared && p.max > 1
+	return p, nil
+}
+
+// active is how many of the plan's workers run batches while members relays of the
+// schema are alive: all of them, or a share of the default (at least one). On a small
+// server many claims at once lose more to SKIP LOCKED walking past each other's rows
+// than they gain (bench/RESULTS.md: 4 relays of 2 batches each drained at 0.57–0.74 of
+// the SQL limit, 4 relays of 1 at 0.70–0.86; ADR 0006).
+func (p workerPlan) active(members int) int {
+	if !p.shared {
+		return p.max
+	}
+	return min(p.max, max(1, DefaultUnorderedConcurrency/max(1, members)))
 }

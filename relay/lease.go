@@ -6,17 +6,22 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
 )
 
 // A relay in ordered mode publishes only from the relay partitions it leases. Leases
 // live in the leases table: an owner id (random per relay), an epoch bumped on every
-// acquisition (the fencing token checked by every mark), and an expiry judged by the
-// database's clock. Relays announce themselves in relay_members and each aims at an
-// equal share of the partitions, releasing its excess (at once, with a wake-up for the
-// others) and taking free or expired leases.
+// acquisition (the fencing token checked before every commit), and an expiry judged by
+// the database's clock. Relays announce themselves in relay_members and each aims at an
+// equal share of the partitions, releasing its excess (at a batch boundary, with a
+// wake-up for the others) and taking free or expired leases (ADR 0005).
 
-// lease is one relay partition this relay holds.
+// lease is one relay partition a relay holds.
 type lease struct {
 	epoch int64
 	// deadline: local monotonic time after which the lease may have expired in the
@@ -35,26 +40,51 @@ type lease struct {
 	releasing bool
 }
 
-type leaseSet struct {
+// leaseKeeper keeps a relay's membership among the relays of its schema (a heartbeat in
+// relay_members) and, in ordered mode, its share of the partition leases. An unordered
+// relay that shares the default Concurrency runs it for the membership alone: it counts
+// the live relays.
+type leaseKeeper struct {
+	pool    *pgxpool.Pool
+	q       *queries
+	cfg     *Config
+	owner   string // this relay in leases and relay_members
+	channel string // the schema's wake-up channel
+	log     *slog.Logger
+	stats   *counters
+	// workAvailable is called when newly acquired partitions may hold work.
+	workAvailable func()
+
+	kick    chan struct{} // runs the next round now: a release or a join notified, or a batch left a releasing partition idle
+	members atomic.Int32  // live relays of the schema at the last heartbeat (this one included)
+	crashed atomic.Bool   // a simulated crash (failpoint): leases are abandoned, not released
+
 	mu    sync.Mutex
 	owned map[int]*lease
-	// handBack is signalled when a batch ends and leaves a releasing partition idle.
-	handBack chan struct{}
+}
+
+func newLeaseKeeper(pool *pgxpool.Pool, q *queries, cfg *Config, owner string, log *slog.Logger, stats *counters, workAvailable func()) *leaseKeeper {
+	k := &leaseKeeper{
+		pool: pool, q: q, cfg: cfg, owner: owner, channel: outbox.WakeupChannel(cfg.Schema), log: log, stats: stats,
+		workAvailable: workAvailable, kick: make(chan struct{}, 1), owned: map[int]*lease{},
+	}
+	k.members.Store(1)
+	return k
 }
 
 // claimable returns the partitions a batch may claim now, with their epochs, and marks
-// them busy. release must be called when the batch ends.
-func (s *leaseSet) claimable(now time.Time) (parts []int, epochs []int64, release func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for p, l := range s.owned {
+// them busy. done must be called when the batch ends.
+func (k *leaseKeeper) claimable(now time.Time) (parts []int, epochs []int64, done func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for p, l := range k.owned {
 		if now.Before(l.deadline) && !l.releasing {
 			parts = append(parts, p)
 		}
 	}
 	slices.Sort(parts)
 	for _, p := range parts {
-		l := s.owned[p]
+		l := k.owned[p]
 		epochs = append(epochs, l.epoch)
 		if l.busy == 0 {
 			l.busySince = now
@@ -62,13 +92,13 @@ func (s *leaseSet) claimable(now time.Time) (parts []int, epochs []int64, releas
 		l.busy++
 	}
 	return parts, epochs, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		k.mu.Lock()
+		defer k.mu.Unlock()
 		for i, p := range parts {
-			if l := s.owned[p]; l != nil && l.epoch == epochs[i] {
+			if l := k.owned[p]; l != nil && l.epoch == epochs[i] {
 				l.busy--
 				if l.busy == 0 && l.releasing {
-					signal(s.handBack)
+					signal(k.kick) // give it back now
 				}
 			}
 		}
@@ -77,11 +107,11 @@ func (s *leaseSet) claimable(now time.Time) (parts []int, epochs []int64, releas
 
 // valid reports whether every partition in parts is still held at its epoch and
 // within its local deadline.
-func (s *leaseSet) valid(parts []int, epochs []int64, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (k *leaseKeeper) valid(parts []int, epochs []int64, now time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	for i, p := range parts {
-		l := s.owned[p]
+		l := k.owned[p]
 		if l == nil || l.epoch != epochs[i] || !now.Before(l.deadline) {
 			return false
 		}
@@ -89,111 +119,74 @@ func (s *leaseSet) valid(parts []int, epochs []int64, now time.Time) bool {
 	return true
 }
 
-// leaseLoop keeps this relay's share of leases until ctx is done, then releases them
-// and leaves the membership. An unordered relay sharing the default Concurrency runs it
-// too, for the membership alone: it heartbeats and counts the live relays.
-func (r *Relay) leaseLoop(ctx context.Context) {
-	if r.cfg.Mode == Ordered {
-		if _, err := r.pool.Exec(ctx, r.q.leaseInit, r.cfg.Partitions); err != nil && ctx.Err() == nil {
-			r.log.WarnContext(ctx, "create lease rows", slog.Any("error", err))
+// run keeps the membership (and leases) until ctx is done, then releases the leases
+// and leaves the membership.
+func (k *leaseKeeper) run(ctx context.Context) {
+	if k.cfg.Mode == Ordered {
+		initCtx, cancel := context.WithTimeout(ctx, k.interval())
+		if _, err := k.pool.Exec(initCtx, k.q.leaseInit, k.cfg.Partitions); err != nil && ctx.Err() == nil {
+			k.log.WarnContext(ctx, "create lease rows", slog.Any("error", err))
 		}
+		cancel()
 	}
 	for {
-		wait := r.leaseRound(ctx)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			r.releaseAll()
+		if wait(ctx, k.round(ctx), k.kick) && ctx.Err() != nil {
+			k.releaseAll()
 			return
-		case <-t.C:
-		case <-r.leaseWake:
-			t.Stop()
-		case <-r.leases.handBack:
-			t.Stop()
 		}
 	}
 }
 
-// leaseRound heartbeats, renews, releases excess and acquires missing leases, and
-// returns how long to wait before the next round.
-func (r *Relay) leaseRound(ctx context.Context) time.Duration {
-	ttl := r.cfg.LeaseTTL
-	interval := ttl / 3
+// interval is the time between heartbeats: a third of the lease's TTL.
+func (k *leaseKeeper) interval() time.Duration { return k.cfg.LeaseTTL / 3 }
+
+// margin is the safety margin between the database's expiry and the local deadline.
+func (k *leaseKeeper) margin() time.Duration { return k.cfg.LeaseTTL / 5 }
+
+// round heartbeats, renews, releases excess and acquires missing leases, and returns
+// how long to wait before the next round. Each round is bounded by the interval.
+func (k *leaseKeeper) round(ctx context.Context) time.Duration {
+	ttl, interval := k.cfg.LeaseTTL, k.interval()
 	ctx, cancel := context.WithTimeout(ctx, interval)
 	defer cancel()
 	fail := func(what string, err error) time.Duration {
 		if ctx.Err() == nil {
-			r.log.WarnContext(ctx, what, slog.Any("error", err))
+			k.log.WarnContext(ctx, what, slog.Any("error", err))
 		}
 		return min(interval, time.Second)
 	}
-	// Renew what we hold, except partitions whose work is past its budget.
-	r.leases.mu.Lock()
-	var parts []int
-	var epochs []int64
-	for p, l := range r.leases.owned {
-		if l.busy > 0 && time.Since(l.busySince) > r.cfg.BatchTimeout {
-			continue
-		}
-		parts = append(parts, p)
-		epochs = append(epochs, l.epoch)
-	}
-	r.leases.mu.Unlock()
+	parts, epochs := k.renewable()
 	sent := time.Now()
 	var (
 		members     int
 		renewedList []int32
 		notified    any
 	)
-	if err := r.pool.QueryRow(ctx, r.q.leaseBeat, r.owner, ttl.Milliseconds(), parts, epochs, r.wakeupChannel).Scan(&members, &renewedList, &notified); err != nil {
+	if err := k.pool.QueryRow(ctx, k.q.leaseBeat, k.owner, ttl.Milliseconds(), parts, epochs, k.channel).Scan(&members, &renewedList, &notified); err != nil {
 		return fail("relay heartbeat", err)
 	}
-	if r.cfg.Mode == Unordered { // no leases: the heartbeat only shares the workers
-		r.workers.Store(int32(sharedWorkers(r.cfg.Concurrency, members)))
+	k.members.Store(int32(members))
+	if k.cfg.Mode == Unordered { // no leases: the heartbeat only counts the relays
 		return interval
 	}
-	target := (r.cfg.Partitions + members - 1) / members
-	renewed := map[int]bool{}
-	for _, p := range renewedList {
-		renewed[int(p)] = true
-	}
-	deadline := sent.Add(ttl - r.leaseMargin())
-	r.leases.mu.Lock()
-	for p, l := range r.leases.owned {
-		switch {
-		case renewed[p]:
-			l.deadline = deadline
-		case time.Now().Before(l.deadline) && !slices.Contains(parts, p):
-			// not renewed on purpose (stuck); it lapses at its deadline
-		default:
-			delete(r.leases.owned, p)
-			r.stats.leasesLost.Add(1)
-			r.log.WarnContext(ctx, "lease lost", slog.Int("partition", p), slog.Int64("epoch", l.epoch))
-		}
-	}
-	excess := r.leases.giveBack(target)
-	need := target - len(r.leases.owned)
-	r.leases.mu.Unlock()
+	target := (k.cfg.Partitions + members - 1) / members
+	excess, need := k.settle(renewedList, parts, sent.Add(ttl-k.margin()), target)
 	if len(excess) > 0 {
-		if err := r.release(ctx, excess, false); err != nil {
+		if err := k.release(ctx, excess, false); err != nil {
 			return fail("release leases", err)
 		}
 	}
 	if need > 0 {
-		if err := r.acquire(ctx, need); err != nil {
+		if err := k.acquire(ctx, need); err != nil {
 			return fail("acquire leases", err)
 		}
 	}
-	r.leases.mu.Lock()
-	short := len(r.leases.owned) < target
-	r.leases.mu.Unlock()
-	if !short {
+	if k.held() >= target {
 		return interval
 	}
 	// Still short of our share: come back when the next foreign lease expires.
 	var next *int64
-	if err := r.pool.QueryRow(ctx, r.q.leaseNextExpiry, r.owner).Scan(&next); err != nil {
+	if err := k.pool.QueryRow(ctx, k.q.leaseNextExpiry, k.owner).Scan(&next); err != nil {
 		return fail("next lease expiry", err)
 	}
 	if next != nil {
@@ -202,58 +195,97 @@ func (r *Relay) leaseRound(ctx context.Context) time.Duration {
 	return interval
 }
 
+// renewable returns the partitions to renew: every one held, except those whose work
+// is past its budget.
+func (k *leaseKeeper) renewable() (parts []int, epochs []int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for p, l := range k.owned {
+		if l.busy > 0 && time.Since(l.busySince) > k.cfg.BatchTimeout {
+			continue
+		}
+		parts = append(parts, p)
+		epochs = append(epochs, l.epoch)
+	}
+	return parts, epochs
+}
+
+// settle takes in a heartbeat's answer: renewed partitions get deadline, partitions
+// not renewed are lost (unless left unrenewed on purpose: they lapse at their deadline),
+// and the set is brought to target (giveBack). It returns the partitions to release now
+// and how many to acquire.
+func (k *leaseKeeper) settle(renewedList []int32, sent []int, deadline time.Time, target int) (release []int, need int) {
+	renewed := make(map[int]bool, len(renewedList))
+	for _, p := range renewedList {
+		renewed[int(p)] = true
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for p, l := range k.owned {
+		switch {
+		case renewed[p]:
+			l.deadline = deadline
+		case time.Now().Before(l.deadline) && !slices.Contains(sent, p):
+			// not renewed on purpose (stuck); it lapses at its deadline
+		default:
+			delete(k.owned, p)
+			k.stats.leasesLost.Add(1)
+			k.log.Warn("lease lost", slog.Int("partition", p), slog.Int64("epoch", l.epoch))
+		}
+	}
+	release = k.giveBack(target)
+	return release, target - len(k.owned)
+}
+
+// held returns how many partitions the relay holds.
+func (k *leaseKeeper) held() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.owned)
+}
+
 // giveBack brings the partitions this relay keeps down (or back up) to target: idle
 // ones beyond it are removed and returned, to be released now; busy ones are marked
 // releasing — left out of new batches and given back when their batches end, so the
 // hand-over happens at a batch boundary and per-aggregate order holds across it. Below
-// target (a relay left) it keeps partitions it was giving back. The caller holds s.mu.
-func (s *leaseSet) giveBack(target int) (release []int) {
+// target (a relay left) it keeps partitions it was giving back. The caller holds k.mu.
+func (k *leaseKeeper) giveBack(target int) (release []int) {
 	keep := 0
-	for _, l := range s.owned {
+	for _, l := range k.owned {
 		if !l.releasing {
 			keep++
 		}
 	}
-	for _, l := range s.owned {
+	for _, l := range k.owned {
 		if keep < target && l.releasing {
 			l.releasing = false
 			keep++
 		}
 	}
 	for _, idle := range []bool{true, false} { // idle partitions first
-		for _, l := range s.owned {
+		for _, l := range k.owned {
 			if keep > target && !l.releasing && (l.busy == 0) == idle {
 				l.releasing = true
 				keep--
 			}
 		}
 	}
-	for p, l := range s.owned {
+	for p, l := range k.owned {
 		if l.releasing && l.busy == 0 {
 			release = append(release, p)
-			delete(s.owned, p)
+			delete(k.owned, p)
 		}
 	}
 	return release
 }
 
-// sharedWorkers is how many batches an unordered relay with the default Concurrency
-// (def) runs at once while members relays of the schema are alive: def among them all,
-// at least one each. On a small server many claims at once lose more to SKIP LOCKED
-// walking past each other's rows than they gain (bench/RESULTS.md: 4 relays of 2
-// batches each drained at 0.57–0.74 of the SQL limit, 4 relays of 1 at 0.70–0.86; ADR 0006).
-func sharedWorkers(def, members int) int { return max(1, def/max(1, members)) }
-
-// leaseMargin is the safety margin between the database's expiry and the local deadline.
-func (r *Relay) leaseMargin() time.Duration { return r.cfg.LeaseTTL / 5 }
-
-func (r *Relay) acquire(ctx context.Context, need int) error {
+func (k *leaseKeeper) acquire(ctx context.Context, need int) error {
 	sent := time.Now()
-	rows, err := r.pool.Query(ctx, r.q.leaseAcquire, r.owner, need, r.cfg.LeaseTTL.Milliseconds())
+	rows, err := k.pool.Query(ctx, k.q.leaseAcquire, k.owner, need, k.cfg.LeaseTTL.Milliseconds())
 	if err != nil {
 		return err
 	}
-	deadline := sent.Add(r.cfg.LeaseTTL - r.leaseMargin())
+	deadline := sent.Add(k.cfg.LeaseTTL - k.margin())
 	var got []int
 	for rows.Next() {
 		var (
@@ -265,12 +297,12 @@ func (r *Relay) acquire(ctx context.Context, need int) error {
 			rows.Close()
 			return err
 		}
-		r.leases.mu.Lock()
-		r.leases.owned[p] = &lease{epoch: epoch, deadline: deadline}
-		r.leases.mu.Unlock()
-		r.stats.leasesAcquired.Add(1)
+		k.mu.Lock()
+		k.owned[p] = &lease{epoch: epoch, deadline: deadline}
+		k.mu.Unlock()
+		k.stats.leasesAcquired.Add(1)
 		if rescued {
-			r.stats.leasesRescued.Add(1)
+			k.stats.leasesRescued.Add(1)
 		}
 		got = append(got, p)
 	}
@@ -278,46 +310,46 @@ func (r *Relay) acquire(ctx context.Context, need int) error {
 		return err
 	}
 	if len(got) > 0 {
-		r.log.InfoContext(ctx, "leases acquired", slog.Any("partitions", got))
-		signal(r.wake) // work is waiting in the new partitions
+		k.log.InfoContext(ctx, "leases acquired", slog.Any("partitions", got))
+		k.workAvailable() // work is waiting in the new partitions
 	}
 	return nil
 }
 
-func (r *Relay) release(ctx context.Context, parts []int, leave bool) error {
+func (k *leaseKeeper) release(ctx context.Context, parts []int, leave bool) error {
 	var n int
 	var notified any
-	if err := r.pool.QueryRow(ctx, r.q.leaseRelease, r.owner, parts, leave, r.wakeupChannel).Scan(&n, &notified); err != nil {
+	if err := k.pool.QueryRow(ctx, k.q.leaseRelease, k.owner, parts, leave, k.channel).Scan(&n, &notified); err != nil {
 		return fmt.Errorf("release leases %v: %w", parts, err)
 	}
-	r.stats.leasesReleased.Add(int64(n))
+	k.stats.leasesReleased.Add(int64(n))
 	return nil
 }
 
-// abandonLeases forgets every lease without releasing it, as a crashed process would.
-func (r *Relay) abandonLeases() {
-	r.crashed.Store(true)
-	r.leases.mu.Lock()
-	clear(r.leases.owned)
-	r.leases.mu.Unlock()
+// abandon forgets every lease without releasing it, as a crashed process would.
+func (k *leaseKeeper) abandon() {
+	k.crashed.Store(true)
+	k.mu.Lock()
+	clear(k.owned)
+	k.mu.Unlock()
 }
 
 // releaseAll gives back every lease on shutdown and leaves the membership, so the
 // other relays take over at once instead of after expiry.
-func (r *Relay) releaseAll() {
-	if r.crashed.Load() {
+func (k *leaseKeeper) releaseAll() {
+	if k.crashed.Load() {
 		return
 	}
-	r.leases.mu.Lock()
-	parts := make([]int, 0, len(r.leases.owned))
-	for p := range r.leases.owned {
+	k.mu.Lock()
+	parts := make([]int, 0, len(k.owned))
+	for p := range k.owned {
 		parts = append(parts, p)
 	}
-	clear(r.leases.owned)
-	r.leases.mu.Unlock()
+	clear(k.owned)
+	k.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.release(ctx, parts, true); err != nil {
-		r.log.WarnContext(ctx, "release leases on shutdown", slog.Any("error", err))
+	if err := k.release(ctx, parts, true); err != nil {
+		k.log.WarnContext(ctx, "release leases on shutdown", slog.Any("error", err))
 	}
 }

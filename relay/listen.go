@@ -125,7 +125,7 @@ func (l *listener) run(ctx context.Context) {
 		lost     bool          // a connection was lost: the next success is a reconnect
 	)
 	for {
-		if backoff > 0 && !sleepCtx(ctx, backoff/2+rand.N(backoff/2+1)) { //nolint:gosec // jitter, not security
+		if backoff > 0 && wait(ctx, backoff/2+rand.N(backoff/2+1), nil) { //nolint:gosec // jitter, not security
 			return
 		}
 		if ctx.Err() != nil {
@@ -274,32 +274,8 @@ func (l *listener) listen(ctx context.Context, conn *pgx.Conn) error {
 // heartbeat, lease_beat.sql): the others' lease rounds run at once.
 const leaseReleasedPayload = "lease"
 
-// notified routes a wake-up notification: a lease release wakes the lease loop (which
-// wakes the workers once it acquired something); anything else — outbox.Notifier, the
-// trigger — wakes the workers only. Waking the lease loop for every commit would cost
-// a lease round (several queries) per notification under a steady write load.
-func (r *Relay) notified(payload string) {
-	c := r.wake
-	if payload == leaseReleasedPayload {
-		c = r.leaseWake
-	}
-	signal(c)
-}
-
 func (l *listener) closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
-}
-
-// sleepCtx waits d or until ctx is done; it reports whether ctx is still live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

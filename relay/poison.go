@@ -53,8 +53,8 @@ func contentError(err error) bool {
 // (the claim's connection, its transaction rolled back). It finds the row that makes the
 // claim fail and parks it dead; it reports whether it parked one. When no single row
 // fails alone (the rows fail only together: too much at once), it parks nothing.
-func (r *Relay) isolatePoison(ctx context.Context, conn *pgx.Conn, scope []int, cause error) (bool, error) {
-	q := r.claimQuery(scope)
+func (b *batcher) isolatePoison(ctx context.Context, conn *pgx.Conn, scope []int, cause error) (bool, error) {
+	q := b.claimQuery(scope)
 	var candidates []int64
 	if err := rolledBack(ctx, conn, func(tx pgx.Tx) error {
 		for _, set := range claimSettings {
@@ -62,7 +62,7 @@ func (r *Relay) isolatePoison(ctx context.Context, conn *pgx.Conn, scope []int, 
 				return err
 			}
 		}
-		rows, err := tx.Query(ctx, r.q.poisonCandidates, q.args...)
+		rows, err := tx.Query(ctx, b.q.poisonCandidates, q.args...)
 		if err != nil {
 			return err
 		}
@@ -71,18 +71,18 @@ func (r *Relay) isolatePoison(ctx context.Context, conn *pgx.Conn, scope []int, 
 	}); err != nil {
 		return false, fmt.Errorf("list the rows of a failed claim: %w", err)
 	}
-	seq, reason, err := r.findPoison(ctx, conn, candidates)
+	seq, reason, err := b.findPoison(ctx, conn, candidates)
 	if err != nil || seq == 0 {
 		return false, err
 	}
-	tag, err := conn.Exec(ctx, r.q.poisonPark, seq, truncate("unreadable row: every claim including it fails: "+reason))
+	tag, err := conn.Exec(ctx, b.q.poisonPark, seq, truncate("unreadable row: every claim including it fails: "+reason))
 	if err != nil {
 		return false, fmt.Errorf("park the row that fails every claim (seq %d): %w", seq, err)
 	}
 	if tag.RowsAffected() == 1 {
-		r.stats.dead.Add(1)
-		r.stats.poisonRows.Add(1)
-		r.log.WarnContext(ctx, "event dead: every claim including it fails", slog.Int64("seq", seq), slog.String("error", reason), slog.Any("claim_error", cause))
+		b.stats.dead.Add(1)
+		b.stats.poisonRows.Add(1)
+		b.log.WarnContext(ctx, "event dead: every claim including it fails", slog.Int64("seq", seq), slog.String("error", reason), slog.Any("claim_error", cause))
 	}
 	return true, nil
 }
@@ -93,14 +93,14 @@ func (r *Relay) isolatePoison(ctx context.Context, conn *pgx.Conn, scope []int, 
 // up took 2.3 s), so the search keeps those few: the rows are tried largest first (the
 // likeliest to fail to render), one by one when they are few, else in 16 groups, going
 // into the first group that fails — at most two failing tries for a batch of 1,000.
-func (r *Relay) findPoison(ctx context.Context, conn *pgx.Conn, candidates []int64) (seq int64, reason string, err error) {
+func (b *batcher) findPoison(ctx context.Context, conn *pgx.Conn, candidates []int64) (seq int64, reason string, err error) {
 	try := func(seqs []int64) (failure error, err error) {
 		err = rolledBack(ctx, conn, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, r.q.poisonTry, seqs)
+			rows, err := tx.Query(ctx, b.q.poisonTry, seqs)
 			if err != nil {
 				return err
 			}
-			_, err = r.readClaimed(rows, len(seqs))
+			_, err = b.readClaimed(rows, len(seqs))
 			return err
 		})
 		if contentError(err) {
@@ -108,7 +108,7 @@ func (r *Relay) findPoison(ctx context.Context, conn *pgx.Conn, candidates []int
 		}
 		return nil, err
 	}
-	rows, err := conn.Query(ctx, r.q.poisonBySize, candidates)
+	rows, err := conn.Query(ctx, b.q.poisonBySize, candidates)
 	if err != nil {
 		return 0, "", fmt.Errorf("order the rows of a failed claim by size: %w", err)
 	}
@@ -178,7 +178,7 @@ func rolledBack(ctx context.Context, conn *pgx.Conn, fn func(tx pgx.Tx) error) e
 // rows fail only together, or the server cancelled the statement (a statement_timeout
 // set by the DBA) — makes the next claims smaller (halved each time, recovering one step
 // per claim that succeeds), so no single huge statement is retried for ever.
-func (r *Relay) claimFailed(ctx context.Context, tx *batchTx, scope []int, err error) (batchResult, error) {
+func (b *batcher) claimFailed(ctx context.Context, tx *batchTx, scope []int, err error) (batchResult, error) {
 	timedOut := isStatementTimeout(err)
 	if !contentError(err) && !timedOut {
 		return batchResult{}, err
@@ -187,7 +187,7 @@ func (r *Relay) claimFailed(ctx context.Context, tx *batchTx, scope []int, err e
 		return batchResult{}, errors.Join(err, rerr)
 	}
 	if !timedOut {
-		parked, perr := r.isolatePoison(ctx, tx.conn.Conn(), scope, err)
+		parked, perr := b.isolatePoison(ctx, tx.conn.Conn(), scope, err)
 		switch {
 		case perr != nil:
 			return batchResult{}, errors.Join(err, perr)
@@ -195,7 +195,7 @@ func (r *Relay) claimFailed(ctx context.Context, tx *batchTx, scope []int, err e
 			return batchResult{claimed: 1, dead: 1}, nil
 		}
 	}
-	r.narrowClaims()
+	b.narrowClaims()
 	return batchResult{}, err
 }
 
@@ -203,11 +203,11 @@ func (r *Relay) claimFailed(ctx context.Context, tx *batchTx, scope []int, err e
 const maxNarrow = 12
 
 // narrowClaims halves the size of the next claims (down to one row).
-func (r *Relay) narrowClaims() {
-	r.succeeded.Store(0)
-	if n := r.narrow.Load(); n < maxNarrow {
-		r.narrow.CompareAndSwap(n, n+1)
-		r.log.Warn("claims narrowed after a failed claim", slog.Int("batch_size", max(1, r.cfg.BatchSize>>(n+1))))
+func (b *batcher) narrowClaims() {
+	b.succeeded.Store(0)
+	if n := b.narrow.Load(); n < maxNarrow {
+		b.narrow.CompareAndSwap(n, n+1)
+		b.log.Warn("claims narrowed after a failed claim", slog.Int("batch_size", max(1, b.cfg.BatchSize>>(n+1))))
 	}
 }
 
@@ -216,19 +216,19 @@ func (r *Relay) narrowClaims() {
 const widenAfter = 16
 
 // widenClaims counts a claim that succeeded, undoing one halving after widenAfter of them.
-func (r *Relay) widenClaims() {
-	if r.narrow.Load() == 0 {
+func (b *batcher) widenClaims() {
+	if b.narrow.Load() == 0 {
 		return
 	}
-	if r.succeeded.Add(1)%widenAfter == 0 {
-		if n := r.narrow.Load(); n > 0 {
-			r.narrow.CompareAndSwap(n, n-1)
+	if b.succeeded.Add(1)%widenAfter == 0 {
+		if n := b.narrow.Load(); n > 0 {
+			b.narrow.CompareAndSwap(n, n-1)
 		}
 	}
 }
 
 // narrowed is limit after the halvings in force (at least 1).
-func (r *Relay) narrowed(limit int) int { return max(1, limit>>r.narrow.Load()) }
+func (b *batcher) narrowed(limit int) int { return max(1, limit>>b.narrow.Load()) }
 
 // isStatementTimeout reports whether the server cancelled the statement (57014: a
 // statement_timeout, or a cancel request).

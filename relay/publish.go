@@ -24,13 +24,13 @@ type published struct {
 // publishes one message after another, or one message that hangs, holds up only the
 // aggregates of its own call. It returns an error only when the sink broke its contract
 // (not one result per message).
-func (r *Relay) publish(ctx context.Context, msgs []outbox.Message) (published, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
+func (b *batcher) publish(ctx context.Context, msgs []outbox.Message) (published, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()
-	calls := spread(msgs, r.cfg.PublishCalls)
+	calls := spread(msgs, b.cfg.PublishCalls)
 	p := published{errs: make([]error, len(msgs)), late: make([]bool, len(msgs)), call: make([]int, len(msgs))}
 	if len(calls) == 1 {
-		return p, r.call(ctx, msgs, 0, nil, p)
+		return p, b.call(ctx, msgs, 0, nil, p)
 	}
 	var (
 		wg       sync.WaitGroup
@@ -43,7 +43,7 @@ func (r *Relay) publish(ctx context.Context, msgs []outbox.Message) (published, 
 			for i, j := range idx {
 				part[i] = msgs[j]
 			}
-			if err := r.call(ctx, part, c, idx, p); err != nil {
+			if err := b.call(ctx, part, c, idx, p); err != nil {
 				mu.Lock()
 				firstErr = err
 				mu.Unlock()
@@ -56,8 +56,8 @@ func (r *Relay) publish(ctx context.Context, msgs []outbox.Message) (published, 
 
 // call makes Publish call number c with part, whose messages are msgs[idx[i]] of the
 // batch (idx nil: part is the whole batch), and records the results in p.
-func (r *Relay) call(ctx context.Context, part []outbox.Message, c int, idx []int, p published) error {
-	errs := r.sink.Publish(ctx, part)
+func (b *batcher) call(ctx context.Context, part []outbox.Message, c int, idx []int, p published) error {
+	errs := b.sink.Publish(ctx, part)
 	late := ctx.Err() != nil
 	if len(errs) != len(part) {
 		return fmt.Errorf("sink returned %d results for %d messages (a sink bug): batch abandoned", len(errs), len(part))

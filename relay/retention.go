@@ -4,22 +4,24 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// retain runs a purge every Retention.Interval until ctx is done.
-func (r *Relay) retain(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Retention.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if n, err := r.Purge(ctx); err != nil {
+// purger applies the retention of published events.
+type purger struct {
+	pool  *pgxpool.Pool
+	q     *queries
+	cfg   *Config
+	log   *slog.Logger
+	stats *counters
+}
+
+// run purges every Retention.Interval until ctx is done.
+func (r *purger) run(ctx context.Context) {
+	for !wait(ctx, r.cfg.Retention.Interval, nil) {
+		if n, err := r.purge(ctx); err != nil {
 			if ctx.Err() == nil {
 				r.log.WarnContext(ctx, "retention purge failed", slog.Any("error", err))
 			}
@@ -30,12 +32,14 @@ func (r *Relay) retain(ctx context.Context) {
 }
 
 // Purge removes (or, in KeepThenArchive mode, archives) events published more than
-// Retention.Keep ago by the database's clock, walking seq in key ranges of Retention.BatchSize, one short
-// transaction per range, and returns how many it removed. One relay purges at a time:
+// Retention.Keep ago by the database's clock, walking seq in key ranges of
+// Retention.BatchSize, one short transaction per range (each with a BatchTimeout), and returns how many it removed. One relay purges at a time:
 // each range's transaction first takes a transaction-scoped advisory lock, and a relay
 // that does not get it stops (another is purging). Dead and pending events are never
 // purged. The relay calls Purge every Retention.Interval; call it to purge now.
-func (r *Relay) Purge(ctx context.Context) (int64, error) {
+func (r *Relay) Purge(ctx context.Context) (int64, error) { return r.purger.purge(ctx) }
+
+func (r *purger) purge(ctx context.Context) (int64, error) {
 	if r.cfg.Retention.Mode == DeleteOnPublish {
 		return 0, nil
 	}
@@ -45,7 +49,10 @@ func (r *Relay) Purge(ctx context.Context) (int64, error) {
 		total int64
 		start *int64
 	)
-	if err := r.pool.QueryRow(ctx, r.q.purgeNext, int64(0)).Scan(&start); err != nil {
+	startCtx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
+	err := r.pool.QueryRow(startCtx, r.q.purgeNext, int64(0)).Scan(&start)
+	cancel()
+	if err != nil {
 		return 0, fmt.Errorf("purge: find start: %w", err)
 	}
 	for start != nil && ctx.Err() == nil {

@@ -77,6 +77,6 @@ func (r *Relay) Stats() Stats {
 		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
 		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(), PoisonRows: c.poisonRows.Load(),
 		WakeupListening: r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
-		Workers:         int(r.workers.Load()),
+		Workers:         r.activeWorkers(),
 	}
 }

@@ -56,8 +56,8 @@ func TestWaitingWorkerPassesWakeUpOn(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) //nolint:forbidigo // the claim returns; the worker idles until woken
 
-	r.workers.Store(1) // a heartbeat found another relay: this worker must wait
-	r.Wake()           // taken by the idle worker, the only one listening
+	r.leases.members.Store(2) // a heartbeat found another relay: this worker must wait
+	r.Wake()                  // taken by the idle worker, the only one listening
 	for len(r.wake) == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling a channel with a deadline
 	}

@@ -5,7 +5,7 @@
 -- Claimed rows are marked published (attempt counted) before the sink has them, as in
 -- claim_unordered.sql: the transaction stays open while the relay publishes, a crash or
 -- a rollback undoes the mark, and what the sink did not take is put back by
--- unclaim_keep.sql before the commit (ADR 0004). Columns: claim_columns.sql's, then the
+-- settle_keep.sql before the commit (ADR 0004). Columns: claim_columns.sql's, then the
 -- attempts before this claim.
 {{include claim_ordered_pick}}
 UPDATE {{schema}}.events e

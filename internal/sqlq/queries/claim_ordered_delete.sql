@@ -1,7 +1,7 @@
 -- claim_ordered_delete: claim_ordered.sql for delete-on-publish retention: the claimed
 -- rows are deleted in the claim statement, inside the relay's claim transaction. A crash
 -- or a rollback undoes the delete; the messages the sink refused are inserted again,
--- whole, by unclaim_delete.sql before the commit. Parameters and how the rows are
+-- whole, by settle_delete.sql before the commit. Parameters and how the rows are
 -- picked: claim_ordered_pick.sql. Columns: claim_columns.sql's, then the attempts before
 -- this claim.
 {{include claim_ordered_pick}}

@@ -6,7 +6,7 @@
 -- The claim counts the attempt and sets published_at before the sink has the messages:
 -- the transaction stays open while the relay publishes, so a crash or a rollback (sink
 -- down) undoes the mark, and the messages the sink refused are put back by
--- unclaim_keep.sql before the commit. When every message goes out, as usual, the batch
+-- settle_keep.sql before the commit. When every message goes out, as usual, the batch
 -- costs one write per row, as a plain UPDATE … RETURNING loop does, instead of a lock
 -- and then an update (ADR 0004).
 --

@@ -1,4 +1,4 @@
--- unclaim_keep: undo the claim's mark (claim_ordered.sql, claim_unordered.sql) for the
+-- settle_keep: undo the claim's mark (claim_ordered.sql, claim_unordered.sql) for the
 -- messages of a batch that were not published, in the same transaction. $1 seq, $2
 -- outcome: 'retry' (back to pending after a delay, the attempt counted), 'dead',
 -- 'deferred' (the sink was down for it while others went out: back to pending after a

@@ -13,13 +13,11 @@ import (
 	"github.com/outboxkit/outbox"
 )
 
-// settlement is the outcome of each message of a published batch (unclaim puts back
-// the ones not published).
+// settlement is what classify decided for each message of a published batch: the
+// outcome of every message not published (and of those published), in the form the
+// settle statements take; settle puts back the rows not published.
 type settlement struct {
-	seqs     []int64
-	outcomes []string
-	errs     []*string
-	delays   []int64
+	outcomes rowOutcomes
 
 	published, retried, dead int
 	deadMsgs                 []deadMsg
@@ -46,12 +44,12 @@ const (
 	sinkDown                 // the sink as a whole failed (Unavailable, a connection error)
 )
 
-// classify sorts each message's result. Only the relay's own deadline makes a context
+// failures sorts each message's result into its class. Only the relay's own deadline makes a context
 // error "not attempted" — and then only for the messages of a cut-off call after its
 // first unacknowledged one, which is taken to be the message that held the call up (a
 // sink may publish one message after another). A timeout the sink's own client reported
 // while the batch had time left is that message's failure.
-func classify(msgs []outbox.Message, p published) []failure {
+func failures(msgs []outbox.Message, p published) []failure {
 	classes := make([]failure, len(msgs))
 	blamed := map[int]bool{} // cut-off calls whose first unacknowledged message was blamed
 	for i, err := range p.errs {
@@ -105,7 +103,7 @@ func isConnectionError(err error) bool {
 	return errors.As(err, &opErr) && opErr.Op == "dial"
 }
 
-// outcomes sorts the sink's results. down reports that the sink as a whole failed:
+// classify decides what becomes of each message after the sink's results. down reports that the sink as a whole failed:
 // nothing succeeded, and a message failed with [outbox.Unavailable] or a connection
 // error, or messages of at least Config.BreakerMinAggregates distinct aggregates failed
 // (transiently or by running out of time; a Permanent refusal is never an outage), or
@@ -113,8 +111,8 @@ func isConnectionError(err error) bool {
 // nothing is settled and no attempt is counted. When something succeeded, a message
 // that hit the sink being down counts no attempt either, but waits before it is tried
 // again.
-func (r *Relay) outcomes(msgs []outbox.Message, p published) (s settlement, down bool) {
-	classes := classify(msgs, p)
+func (b *batcher) classify(msgs []outbox.Message, p published) (s settlement, down bool) {
+	classes := failures(msgs, p)
 	failedAggs := map[aggregateKey]bool{}
 	succeeded, sinkLevel := 0, false
 	for i, c := range classes {
@@ -129,37 +127,37 @@ func (r *Relay) outcomes(msgs []outbox.Message, p published) (s settlement, down
 	}
 	// While the breaker is open (this batch probes a sink last seen down), a batch in
 	// which nothing succeeded is the outage going on, however few aggregates it holds.
-	stillDown := r.breaker.open() && len(failedAggs) > 0
-	if succeeded == 0 && (sinkLevel || stillDown || len(failedAggs) >= r.cfg.BreakerMinAggregates) {
+	stillDown := b.breaker.open() && len(failedAggs) > 0
+	if succeeded == 0 && (sinkLevel || stillDown || len(failedAggs) >= b.cfg.BreakerMinAggregates) {
 		return settlement{}, true
 	}
 	for i, c := range classes {
 		m, err := msgs[i], p.errs[i]
 		if c == timedOut {
-			err = fmt.Errorf("publish did not finish within the batch's time (BatchTimeout %s): %w", r.cfg.BatchTimeout, err)
+			err = fmt.Errorf("publish did not finish within the batch's time (BatchTimeout %s): %w", b.cfg.BatchTimeout, err)
 		}
 		switch {
 		case c == acked:
-			s.add(m.Seq, "published", nil, 0)
+			s.add(m.Seq, outcomePublished, nil, 0)
 			s.published++
 		case c == notSent:
 			// Never sent, or cut off behind the message that held its call up: no attempt
 			// counted; it stays pending, and in ordered mode behind its predecessor.
 		case c == sinkDown:
 			reason := truncate(err.Error())
-			s.add(m.Seq, "deferred", &reason, r.backoff(m.Attempt).Milliseconds())
-		case c == permanent || m.Attempt >= r.cfg.MaxAttempts:
+			s.add(m.Seq, outcomeDeferred, &reason, b.backoff(m.Attempt).Milliseconds())
+		case c == permanent || m.Attempt >= b.cfg.MaxAttempts:
 			reason := truncate(err.Error())
-			s.add(m.Seq, "dead", &reason, 0)
+			s.add(m.Seq, outcomeDead, &reason, 0)
 			s.dead++
 			s.deadMsgs = append(s.deadMsgs, deadMsg{m, reason})
 		default:
 			reason := truncate(err.Error())
-			delay := r.backoff(m.Attempt)
+			delay := b.backoff(m.Attempt)
 			if asked, ok := outbox.RetryAfterOf(err); ok {
 				delay = max(delay, asked) // the broker asked for a pause: the longer wins
 			}
-			s.add(m.Seq, "retry", &reason, delay.Milliseconds())
+			s.add(m.Seq, outcomeRetry, &reason, delay.Milliseconds())
 			s.retried++
 			if at := time.Now().Add(delay); s.earliestRetry.IsZero() || at.Before(s.earliestRetry) {
 				s.earliestRetry = at
@@ -169,21 +167,18 @@ func (r *Relay) outcomes(msgs []outbox.Message, p published) (s settlement, down
 	return s, false
 }
 
-func (s *settlement) add(seq int64, outcome string, err *string, delayMS int64) {
-	s.seqs = append(s.seqs, seq)
-	s.outcomes = append(s.outcomes, outcome)
-	s.errs = append(s.errs, err)
-	s.delays = append(s.delays, delayMS)
+func (s *settlement) add(seq int64, o outcome, err *string, delayMS int64) {
+	s.outcomes.add(seq, o, err, delayMS)
 }
 
 // backoff is the delay after the attempt-th failed attempt: RetryBaseDelay doubled per
 // attempt, capped at RetryMaxDelay, with equal jitter (between half and all of it).
-func (r *Relay) backoff(attempt int) time.Duration {
-	d := r.cfg.RetryBaseDelay
-	for i := 1; i < attempt && d < r.cfg.RetryMaxDelay; i++ {
+func (b *batcher) backoff(attempt int) time.Duration {
+	d := b.cfg.RetryBaseDelay
+	for i := 1; i < attempt && d < b.cfg.RetryMaxDelay; i++ {
 		d *= 2
 	}
-	d = min(d, r.cfg.RetryMaxDelay)
+	d = min(d, b.cfg.RetryMaxDelay)
 	return d/2 + rand.N(d/2+1) //nolint:gosec // jitter, not security
 }
 

@@ -1,7 +1,7 @@
--- unclaim_delete: put back, whole, the rows a delete-on-publish claim
+-- settle_delete: put back, whole, the rows a delete-on-publish claim
 -- (claim_ordered_delete.sql, claim_unordered_delete.sql) deleted whose
 -- messages were not published, in the same transaction: same seq (OVERRIDING SYSTEM
--- VALUE), same id, every column as it was, with the outcome applied as unclaim_keep.sql
+-- VALUE), same id, every column as it was, with the outcome applied as settle_keep.sql
 -- does. $1 seq, $2 id, $3 aggregate_type, $4 aggregate_id, $5 aggregate_version (0:
 -- NULL), $6 event_type, $7 schema_version, $8 topic ('': NULL), $9 headers (JSON text),
 -- $10 content_type, $11 payload as bytes, $12 trace_parent, $13 whether the payload is

@@ -1,0 +1,270 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/failpoint"
+)
+
+// batcher runs a relay's batches: claim → publish → classify → settle, each batch one
+// transaction (ADR 0004). It holds what a batch needs and nothing of the relay's
+// lifecycle; the relay's workers call run.
+type batcher struct {
+	pool    *pgxpool.Pool
+	sink    outbox.Sink
+	cfg     *Config
+	q       *queries
+	log     *slog.Logger
+	stats   *counters
+	leases  *leaseKeeper // ordered mode: the partitions a batch may claim
+	owner   string
+	breaker *breaker
+	heads   headHint // ordered mode
+	// foundWork is called when a claim found work, to bring an idle worker in.
+	foundWork func()
+
+	iitTimeout string // SET LOCAL idle_in_transaction_session_timeout for claims
+
+	// nextRetry is the earliest retry (unix ns) the relay scheduled that may still be
+	// pending; an idle relay looks again then. 0: none.
+	nextRetry atomic.Int64
+	// narrow halves the next claims' sizes this many times, after claims that failed
+	// with no single row to blame (poison.go); succeeded counts the claims that
+	// succeeded since the last narrowing.
+	narrow    atomic.Int32
+	succeeded atomic.Int32
+}
+
+func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, foundWork func()) *batcher {
+	// A claim transaction is idle while the sink publishes; past the batch's budget plus
+	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
+	iit := cfg.BatchTimeout + 30*time.Second
+	return &batcher{
+		pool: pool, sink: sink, cfg: cfg, q: q, log: log, stats: stats, leases: leases, owner: owner,
+		breaker: newBreaker(cfg.BreakerInitialDelay, cfg.BreakerMaxDelay), foundWork: foundWork,
+		iitTimeout: fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds()),
+	}
+}
+
+// batchResult counts what one batch did.
+type batchResult struct{ claimed, published, retried, dead int }
+
+// run claims, publishes and settles one batch: in ordered mode from the relay partitions
+// the relay leases, in unordered mode from all.
+func (b *batcher) run(ctx context.Context) (batchResult, error) {
+	var res batchResult
+	var (
+		parts  []int
+		epochs []int64
+		scope  []int // relay partitions to claim from; nil: all
+	)
+	if b.cfg.Mode == Ordered {
+		var done func()
+		parts, epochs, done = b.leases.claimable(time.Now())
+		defer done()
+		if len(parts) == 0 {
+			return res, nil
+		}
+		scope = b.scope(parts)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout+10*time.Second)
+	defer cancel()
+	tx, err := b.begin(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer tx.end()
+
+	c, err := b.claim(ctx, tx, scope)
+	if err != nil {
+		return b.claimFailed(ctx, tx, scope, err)
+	}
+	b.widenClaims()
+	msgs, bad := c.msgs, c.bad
+	res.claimed = len(msgs) + len(bad) + len(c.skipped)
+	if res.claimed == 0 {
+		return res, nil
+	}
+	// Work found: bring an idle peer in to claim the next batch while this one is
+	// published, so one wake-up (a notification, Wake) sets every worker to a backlog,
+	// not just the one it reached.
+	b.foundWork()
+	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {
+		return res, err
+	}
+	// A relay paused past its lease (a zombie) must not publish: another relay may own
+	// these partitions by now. Judged by the local monotonic clock, with a margin.
+	if b.cfg.Mode == Ordered && !b.leases.valid(parts, epochs, time.Now()) {
+		b.stats.abandonedBatches.Add(1)
+		return res, tx.rollback(ctx)
+	}
+
+	var results published
+	if len(msgs) > 0 {
+		results, err = b.publish(ctx, msgs)
+		if err != nil {
+			b.breaker.down(time.Now())
+			return res, err
+		}
+	}
+	if err := failpoint.Inject(failpoint.AfterPublish); err != nil {
+		return res, err
+	}
+
+	out, down := b.classify(msgs, results)
+	if down {
+		if b.breaker.down(time.Now()) {
+			b.stats.breakerOpens.Add(1)
+			b.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(results.errs)))
+		}
+		b.stats.sinkDownBatches.Add(1)
+		if len(bad) == 0 {
+			return res, tx.rollback(ctx)
+		}
+	}
+	for _, r := range bad {
+		out.add(r.msg.Seq, outcomeDead, &r.reason, 0)
+		out.dead++
+		out.deadMsgs = append(out.deadMsgs, deadMsg(r))
+	}
+	if err := failpoint.Inject(failpoint.BeforeMark); err != nil {
+		return res, err
+	}
+	// The claim marked (or deleted) every row as published: settle puts back the others.
+	fenced, err := b.commit(ctx, tx, b.settleArgs(c, out), parts, epochs)
+	if err != nil {
+		return res, err
+	}
+	if fenced {
+		// A lease moved on while the batch was out (this relay paused past it): the new
+		// owner publishes these events again (duplicates); nothing of the batch is kept.
+		b.stats.fencedWrites.Add(int64(res.claimed))
+		b.log.WarnContext(ctx, "batch fenced: lease taken over", slog.Int("events", res.claimed))
+		return res, tx.rollback(ctx)
+	}
+	switch {
+	case out.published > 0:
+		b.breaker.success()
+	case !down:
+		b.breaker.inconclusive()
+	}
+	res.published, res.retried, res.dead = out.published, out.retried, out.dead
+	b.noteRetries(out.earliestRetry)
+	b.stats.add(res)
+	for _, d := range out.deadMsgs {
+		b.log.WarnContext(ctx, "event dead", slog.String("event_id", d.msg.ID.String()), slog.String("event_type", d.msg.EventType),
+			slog.String("aggregate_type", d.msg.AggregateType), slog.String("aggregate_id", d.msg.AggregateID),
+			slog.Int("attempt", d.msg.Attempt), slog.String("error", d.reason))
+	}
+	return res, nil
+}
+
+// scope returns parts, the relay partitions a query filters on, or nil when they are
+// all of them (no filter needed).
+func (b *batcher) scope(parts []int) []int {
+	if len(parts) == b.cfg.Partitions {
+		return nil
+	}
+	return parts
+}
+
+// ready answers, with one cheap query, whether an idle relay has anything to claim.
+func (b *batcher) ready(ctx context.Context) (bool, error) {
+	var scope []int
+	if b.cfg.Mode == Ordered {
+		parts, _, done := b.leases.claimable(time.Now())
+		done()
+		if len(parts) == 0 {
+			return false, nil
+		}
+		scope = b.scope(parts)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
+	defer cancel()
+	var ready bool
+	if err := b.pool.QueryRow(ctx, b.q.probe, scope, b.cfg.Partitions).Scan(&ready); err != nil {
+		return false, fmt.Errorf("probe for work: %w", err)
+	}
+	return ready, nil
+}
+
+// settleAttempts bounds the retries of a settle statement that hit a serialization
+// failure or a deadlock.
+const settleAttempts = 3
+
+// commit ends a published batch, in one round trip: in ordered mode a check that every
+// lease the batch was claimed under is still held at its epoch, locking the lease rows
+// FOR SHARE until the commit (fence.sql; fenced reports that one moved on, the COMMIT
+// does not run, and the caller rolls the batch back); with back (the settle statement's
+// arguments; nil: everything went out) the settle statement, which puts back the rows
+// whose messages were not published; then COMMIT. The settle statement runs behind a
+// savepoint: a serialization failure or deadlock (40001, 40P01) rolls back to it,
+// keeping the claim's row locks, and it is retried, so the batch is not published a
+// second time.
+func (b *batcher) commit(ctx context.Context, tx *batchTx, back []any, parts []int, epochs []int64) (fenced bool, err error) {
+	for attempt := 1; ; attempt++ {
+		batch := &pgx.Batch{}
+		if back != nil {
+			batch.Queue("SAVEPOINT outbox_settle")
+		}
+		if b.cfg.Mode == Ordered {
+			batch.Queue(b.q.fence, b.owner, parts, epochs)
+		}
+		if back != nil {
+			batch.Queue(b.q.settle, back...)
+		}
+		batch.Queue("COMMIT")
+		br := tx.send(ctx, batch)
+		for range batch.Len() {
+			if _, err = br.Exec(); err != nil {
+				break
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		switch {
+		case err == nil:
+			tx.committed()
+			return false, nil
+		case errFenced(err):
+			return true, nil
+		}
+		var pgErr *pgconn.PgError
+		if back == nil || !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "40P01") || attempt == settleAttempts {
+			return false, fmt.Errorf("commit batch: %w", err)
+		}
+		b.stats.settleRetries.Add(1)
+		if _, rerr := tx.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT outbox_settle"); rerr != nil {
+			return false, fmt.Errorf("commit batch: %w (and rolling back to the savepoint: %w)", err, rerr)
+		}
+	}
+}
+
+// noteRetries records the earliest retry a batch scheduled, forgetting one already due.
+func (b *batcher) noteRetries(earliest time.Time) {
+	now := time.Now().UnixNano()
+	for {
+		cur := b.nextRetry.Load()
+		next := cur
+		if cur != 0 && cur <= now {
+			next = 0
+		}
+		if !earliest.IsZero() && (next == 0 || earliest.UnixNano() < next) {
+			next = earliest.UnixNano()
+		}
+		if next == cur || b.nextRetry.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox"
+)
+
+// claimedBatch is what a claim statement claimed (and marked published or deleted).
+type claimedBatch struct {
+	msgs    []outbox.Message // to publish, in seq order
+	bad     []badRow         // undecodable rows: dead
+	skipped []outbox.Message // ordered mode: after an undecodable row of their aggregate; put back untouched
+	// rows holds, in delete-on-publish, what unclaim needs to put a row back whole, in
+	// seq order.
+	rows []claimedRow
+	// aggregates is, in ordered mode, how many aggregates the claim took rows of.
+	aggregates int
+}
+
+// claimSettings are set in every claim transaction.
+//   - JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
+//     server's default JIT then spent 30-550 ms compiling every claim.
+//   - Sequential scans off (a penalty, not a ban): the claim is index-driven by design, and
+//     the generic plan of a prepared claim, made while the table was small, scanned the
+//     whole table to find the rows it had picked by ctid; it kept that plan as the
+//     published rows piled up (TestOrderedClaimGenericPlanFromASmallTable).
+var claimSettings = []string{"SET LOCAL jit = off", "SET LOCAL enable_seqscan = off"}
+
+// claim runs the claim statement and returns what it claimed: in ordered mode, per
+// aggregate, the contiguous prefix of locked, available rows (the statement cuts it).
+func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBatch, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(b.iitTimeout)
+	for _, set := range claimSettings {
+		batch.Queue(set)
+	}
+	q := b.claimQuery(scope)
+	batch.Queue(b.q.claim, q.args...)
+	br := tx.begin(ctx, batch)
+	defer func() { _ = br.Close() }()
+	for range 2 + len(claimSettings) { // BEGIN, the timeout, the settings
+		if _, err := br.Exec(); err != nil {
+			return claimedBatch{}, fmt.Errorf("claim: begin: %w", err)
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	read, err := b.readClaimed(rows, q.capacity)
+	if err != nil {
+		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	c := b.assemble(read)
+	if b.cfg.Mode == Ordered {
+		// Each aggregate in the batch came with its head.
+		b.heads.observe(scope, q.heads, c.aggregates, len(read.msgs))
+	}
+	return c, nil
+}
+
+// claimQuery is a claim's arguments for its scope, and what it may return at most.
+type claimQuery struct {
+	args     []any
+	heads    headPlan // ordered mode
+	capacity int      // most rows the claim returns
+}
+
+// claimQuery returns the arguments of the next claim in scope: BatchSize and
+// MaxBatchEvents, halved as often as failed claims asked (narrowClaims).
+func (b *batcher) claimQuery(scope []int) claimQuery {
+	batchSize, maxEvents := b.narrowed(b.cfg.BatchSize), b.narrowed(b.cfg.MaxBatchEvents)
+	if b.cfg.Mode != Ordered {
+		return claimQuery{args: []any{batchSize}, capacity: batchSize}
+	}
+	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
+	heads := b.heads.plan(scope, min(batchSize, maxEvents), b.cfg.Partitions)
+	return claimQuery{
+		args:  []any{scope, heads.limit, b.cfg.MaxPerAggregate, b.cfg.PublishPastDead, maxEvents, b.cfg.Partitions, heads.discover},
+		heads: heads, capacity: maxEvents,
+	}
+}
+
+// readRows is what a claim statement returned, row by row, in its order.
+type readRows struct {
+	msgs    []outbox.Message
+	headers [][]byte     // each message's headers as stored (JSON text)
+	rows    []claimedRow // delete-on-publish: what putting each row back needs
+}
+
+// readClaimed reads the rows of a claim statement (claim_columns.sql's columns, then the
+// attempts before the claim). A value that cannot be read (written out of band: a time
+// out of Go's range, say) fails with a *readError.
+func (b *batcher) readClaimed(rows pgx.Rows, capacity int) (readRows, error) {
+	defer rows.Close()
+	var (
+		out         readRows
+		spare       claimedRow // a row's put-back columns when they are not kept
+		traceParent *string
+	)
+	keepRows := b.cfg.Retention.Mode == DeleteOnPublish
+	if keepRows {
+		out.rows = make([]claimedRow, 0, capacity)
+	}
+	// Rows are scanned into their slots, the few distinct types and topics are shared and
+	// the id is read as bytes (uuid.UUID is an sql.Scanner, which pgx feeds a string to
+	// parse): scanning was a third of a drain's relay CPU, mostly allocations.
+	texts := textInterner{}
+	aggType, eventType, topic, contentType := texts.column(), texts.column(), texts.column(), texts.column()
+	for rows.Next() {
+		if out.msgs == nil { // sized once, for a full batch: growing them cost a tenth of a drain's CPU
+			out.msgs, out.headers = make([]outbox.Message, 0, capacity), make([][]byte, 0, capacity)
+		}
+		out.msgs, out.headers = append(out.msgs, outbox.Message{}), append(out.headers, nil)
+		m, h := &out.msgs[len(out.msgs)-1], &out.headers[len(out.headers)-1]
+		row := &spare
+		if keepRows {
+			out.rows = append(out.rows, claimedRow{})
+			row = &out.rows[len(out.rows)-1]
+		}
+		aggType.dst, eventType.dst, topic.dst, contentType.dst = &m.AggregateType, &m.EventType, &m.Topic, &m.ContentType
+		if err := rows.Scan(
+			&m.Seq, (*[16]byte)(&m.ID), aggType, &m.AggregateID, &m.AggregateVersion, eventType,
+			&m.SchemaVersion, topic, h, contentType, &m.Payload, &traceParent, &m.CreatedAt,
+			&row.availableAt, &row.lastError, &row.payloadJSON, &row.attempts,
+		); err != nil {
+			return out, &readError{err}
+		}
+		m.Attempt = row.attempts + 1
+		if traceParent != nil {
+			m.TraceParent = *traceParent
+		}
+		if keepRows {
+			row.headers, row.traceParent, row.seq = *h, traceParent, m.Seq
+		}
+	}
+	return out, rows.Err()
+}
+
+// assemble turns the rows a claim read into a batch: messages in seq order (so each
+// aggregate's are in write order), headers decoded. A row whose headers do not decode
+// (written out of band) fails alone, dead with the reason; in ordered mode the later
+// rows of its aggregate in the batch are skipped (put back untouched).
+func (b *batcher) assemble(read readRows) claimedBatch {
+	msgs, headers := read.msgs, read.headers
+	c := claimedBatch{rows: read.rows}
+	if !slices.IsSortedFunc(msgs, func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) }) {
+		msgs, headers = sortBySeq(msgs, headers)
+		slices.SortFunc(c.rows, func(a, b claimedRow) int { return cmp.Compare(a.seq, b.seq) })
+	}
+	var cut map[aggregateKey]bool // ordered mode: aggregates with an undecodable row in this batch
+	aggs := map[aggregateKey]struct{}{}
+	n := 0 // msgs[:n] are the messages to publish
+	for i, m := range msgs {
+		k := keyOf(m)
+		if b.cfg.Mode == Ordered {
+			aggs[k] = struct{}{}
+			if cut[k] {
+				c.skipped = append(c.skipped, m)
+				continue
+			}
+		}
+		if string(headers[i]) == "{}" {
+			// the common case: no headers, nothing to decode
+		} else if err := json.Unmarshal(headers[i], &m.Headers); err != nil {
+			c.bad = append(c.bad, badRow{m, "undecodable row: headers must be a JSON object of strings: " + err.Error()})
+			if b.cfg.Mode == Ordered {
+				if cut == nil {
+					cut = map[aggregateKey]bool{}
+				}
+				cut[k] = true
+			}
+			continue
+		}
+		msgs[n] = m
+		n++
+	}
+	c.msgs, c.aggregates = msgs[:n], len(aggs)
+	return c
+}
+
+// sortBySeq returns msgs and their headers sorted by seq.
+func sortBySeq(msgs []outbox.Message, headers [][]byte) ([]outbox.Message, [][]byte) {
+	order := make([]int, len(msgs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(msgs[a].Seq, msgs[b].Seq) })
+	sortedMsgs, sortedHeaders := make([]outbox.Message, len(msgs)), make([][]byte, len(msgs))
+	for i, o := range order {
+		sortedMsgs[i], sortedHeaders[i] = msgs[o], headers[o]
+	}
+	return sortedMsgs, sortedHeaders
+}
+
+// badRow is a claimed row that cannot become a message.
+type badRow struct {
+	msg    outbox.Message
+	reason string
+}

@@ -1,0 +1,49 @@
+package relay
+
+import "github.com/outboxkit/outbox/internal/sqlq"
+
+// queries holds the relay's SQL, rendered for its schema. Each field names its file in
+// internal/sqlq/queries; where the file depends on the mode and the retention, the
+// tables below say which.
+type queries struct {
+	claim, settle               string // claimQueries, settleQueries
+	poisonCandidates, poisonTry string // poisonCandidateQueries, poisonTryQueries
+	poisonPark, poisonBySize    string
+	fence, config, probe        string
+	purge, purgeNext, purgeLock string
+	leaseInit, leaseBeat        string
+	leaseAcquire, leaseRelease  string
+	leaseNextExpiry             string
+}
+
+// deletes reports whether the claims of a retention mode delete what they claim.
+func deletes(m RetentionMode) bool { return m == DeleteOnPublish }
+
+// The claim of each mode and kind of claim (false: mark published, true: delete): it
+// marks (or deletes) what it claims as published; what the sink does not take is put
+// back by the settle statement of the same kind before the commit (ADR 0004).
+var (
+	claimQueries = map[Mode]map[bool]string{
+		Ordered:   {false: "claim_ordered", true: "claim_ordered_delete"},
+		Unordered: {false: "claim_unordered", true: "claim_unordered_delete"},
+	}
+	settleQueries          = map[bool]string{false: "settle_keep", true: "settle_delete"}
+	poisonCandidateQueries = map[Mode]string{Ordered: "poison_candidates_ordered", Unordered: "poison_candidates_unordered"}
+	poisonTryQueries       = map[bool]string{false: "poison_try_keep", true: "poison_try_delete"}
+)
+
+// newQueries renders the relay's queries for cfg (defaults filled in) and quoted, its
+// schema quoted.
+func newQueries(cfg *Config, quoted string) *queries {
+	q := func(name string) string { return sqlq.Query(name, quoted) }
+	del := deletes(cfg.Retention.Mode)
+	return &queries{
+		claim: q(claimQueries[cfg.Mode][del]), settle: q(settleQueries[del]),
+		poisonCandidates: q(poisonCandidateQueries[cfg.Mode]), poisonTry: q(poisonTryQueries[del]),
+		poisonPark: q("poison_park"), poisonBySize: q("poison_by_size"),
+		fence: q("fence"), config: q("relay_config"), probe: q("probe"),
+		purge: q("purge"), purgeNext: q("purge_next"), purgeLock: q("purge_lock"),
+		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"),
+		leaseAcquire: q("lease_acquire"), leaseRelease: q("lease_release"), leaseNextExpiry: q("lease_next_expiry"),
+	}
+}

@@ -1,0 +1,80 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/failpoint"
+)
+
+// work runs batches, as worker number worker, until ctx is done. Batches use hard, so
+// one in flight when ctx is cancelled can still finish. An idle worker waits for a
+// wake-up, or its poll interval, and first asks with one cheap query whether there is
+// anything to claim.
+func (r *Relay) work(ctx, hard context.Context, worker int) error {
+	probe := false // idle and not woken: ask cheaply before claiming
+	woken := false // the last idle wait ended on a wake-up
+	for ctx.Err() == nil {
+		if worker >= r.activeWorkers() { // other relays share the default: wait
+			if woken { // it went idle before it had to wait: pass the wake-up on
+				signal(r.wake)
+			}
+			woken = false
+			wait(ctx, r.leases.interval(), nil)
+			continue
+		}
+		woken = false
+		if ok, d := r.batches.breaker.acquire(time.Now()); !ok {
+			wait(ctx, d, nil)
+			continue
+		}
+		if probe {
+			ready, err := r.batches.ready(hard)
+			if err == nil && !ready {
+				r.batches.breaker.inconclusive()
+				woken = wait(ctx, r.idleWait(), r.wake)
+				probe = !woken
+				continue
+			}
+		}
+		res, err := r.batches.run(hard)
+		switch {
+		case errors.Is(err, failpoint.ErrCrash):
+			return err
+		case err != nil:
+			r.batches.breaker.inconclusive()
+			if hard.Err() != nil {
+				return nil // shut down mid-batch: abandoned, events stay pending
+			}
+			r.stats.errors.Add(1)
+			r.log.WarnContext(ctx, "batch failed", slog.Any("error", err))
+			wait(ctx, r.cfg.PollInterval, nil)
+			probe = false
+		case res.claimed == 0:
+			r.batches.breaker.inconclusive()
+			woken = wait(ctx, r.idleWait(), r.wake)
+			probe = !woken
+		default:
+			probe = false
+		}
+	}
+	return nil
+}
+
+// activeWorkers is how many of the relay's workers run batches now.
+func (r *Relay) activeWorkers() int { return r.workers.active(int(r.leases.members.Load())) }
+
+// idleWait is how long an idle relay waits for a wake-up before looking again.
+func (r *Relay) idleWait() time.Duration {
+	idle := r.cfg.PollInterval
+	if r.listener.isListening() {
+		idle = r.cfg.FallbackPollInterval
+	}
+	// Retries this relay scheduled come due without any notification.
+	if due := r.batches.nextRetry.Load(); due != 0 {
+		idle = min(idle, max(time.Until(time.Unix(0, due)), time.Millisecond))
+	}
+	return idle
+}
