@@ -29,7 +29,8 @@ type batcher struct {
 	leases  *leaseKeeper // ordered mode: the partitions a batch may claim
 	owner   string
 	breaker *breaker
-	heads   headHint // ordered mode
+	// rotation keeps where the last ordered claims stopped, per aggregate type
+	rotation rotation
 	// foundWork is called when a claim found work, to bring an idle worker in.
 	foundWork func()
 

@@ -20,12 +20,10 @@ type claimedBatch struct {
 	// rows holds, in delete-on-publish, what unclaim needs to put a row back whole, in
 	// seq order.
 	rows []claimedRow
-	// aggregates is, in ordered mode, how many aggregates the claim took rows of.
-	aggregates int
 }
 
 // claimSettings are set in every claim transaction.
-//   - JIT off: the claim's cost estimate can be large (it may walk a backlog), and the
+//   - JIT off: the claim's cost estimate can be large (it may read many aggregates), and the
 //     server's default JIT then spent 30-550 ms compiling every claim.
 //   - Sequential scans off (a penalty, not a ban): the claim is index-driven by design, and
 //     the generic plan of a prepared claim, made while the table was small, scanned the
@@ -60,8 +58,7 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedB
 	}
 	c := b.assemble(read)
 	if b.cfg.Mode == Ordered {
-		// Each aggregate in the batch came with its head.
-		b.heads.observe(scope, q.heads, c.aggregates, len(read.msgs))
+		b.rotation.advance(read.msgs)
 	}
 	return c, nil
 }
@@ -69,8 +66,7 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedB
 // claimQuery is a claim's arguments for its scope, and what it may return at most.
 type claimQuery struct {
 	args     []any
-	heads    headPlan // ordered mode
-	capacity int      // most rows the claim returns
+	capacity int // most rows the claim returns
 }
 
 // claimQuery returns the arguments of the next claim in scope: BatchSize and
@@ -81,11 +77,28 @@ func (b *batcher) claimQuery(scope []int) claimQuery {
 		return claimQuery{args: []any{batchSize}, capacity: batchSize}
 	}
 	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
-	heads := b.heads.plan(scope, min(batchSize, maxEvents), b.cfg.Partitions)
+	types, ids := b.rotation.args()
 	return claimQuery{
-		args:  []any{scope, heads.limit, b.cfg.MaxPerAggregate, b.cfg.PublishPastDead, maxEvents, b.cfg.Partitions, heads.discover},
-		heads: heads, capacity: maxEvents,
+		args:     orderedClaim{scope, min(batchSize, maxEvents), b.cfg.MaxPerAggregate, b.cfg.PublishPastDead, maxEvents, b.cfg.Partitions, types, ids}.args(),
+		capacity: maxEvents,
 	}
+}
+
+// orderedClaim holds the parameters of claim_ordered_pick.sql, by name.
+type orderedClaim struct {
+	scope           []int // $1: relay partitions; nil: all
+	heads           int   // $2
+	maxPerAggregate int   // $3
+	publishPastDead []string
+	maxEvents       int // $5
+	partitions      int // $6
+	cursorTypes     []string
+	cursorIDs       []string
+}
+
+// args are the parameters in claim_ordered_pick.sql's order.
+func (o orderedClaim) args() []any {
+	return []any{o.scope, o.heads, o.maxPerAggregate, o.publishPastDead, o.maxEvents, o.partitions, o.cursorTypes, o.cursorIDs}
 }
 
 // readRows is what a claim statement returned, row by row, in its order.
@@ -156,12 +169,10 @@ func (b *batcher) assemble(read readRows) claimedBatch {
 		slices.SortFunc(c.rows, func(a, b claimedRow) int { return cmp.Compare(a.seq, b.seq) })
 	}
 	var cut map[aggregateKey]bool // ordered mode: aggregates with an undecodable row in this batch
-	aggs := map[aggregateKey]struct{}{}
-	n := 0 // msgs[:n] are the messages to publish
+	n := 0                        // msgs[:n] are the messages to publish
 	for i, m := range msgs {
 		k := keyOf(m)
 		if b.cfg.Mode == Ordered {
-			aggs[k] = struct{}{}
 			if cut[k] {
 				c.skipped = append(c.skipped, m)
 				continue
@@ -182,7 +193,7 @@ func (b *batcher) assemble(read readRows) claimedBatch {
 		msgs[n] = m
 		n++
 	}
-	c.msgs, c.aggregates = msgs[:n], len(aggs)
+	c.msgs = msgs[:n]
 	return c
 }
 

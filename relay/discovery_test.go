@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -13,12 +14,13 @@ import (
 	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
-// The ordered claim finds its heads either by walking the backlog in seq order or by
-// discovering them with a loose index scan (relay/heads.go chooses). Both must claim the
-// same rows whatever the table holds: held aggregates, heads and followers in backoff,
-// rows locked by another claim, aggregates out of scope, a head limit below the number
-// of heads, an aggregate type that publishes past its dead events.
-func TestDiscoveryClaimsWhatTheWalkClaims(t *testing.T) {
+// The ordered claim discovers its heads by a loose index scan, sharing the heads fairly:
+// each aggregate type gets an equal share, and within a type the aggregates are taken in
+// key order from the type's cursor, round the end. Whatever the table holds — held
+// aggregates, heads and followers in backoff, rows locked by another claim, aggregates
+// out of scope, an aggregate type that publishes past its dead events — it claims, per
+// type, exactly its share of the claimable aggregates, the right rows of each.
+func TestOrderedClaimSharesHeadsFairly(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
@@ -70,11 +72,12 @@ func TestDiscoveryClaimsWhatTheWalkClaims(t *testing.T) {
 
 	errRollback := errors.New("rolled back")
 	claim := sqlq.Query("claim_ordered", `"outbox"`)
-	run := func(t *testing.T, scope []int, heads, discover int, pastDead []string) []int64 {
+	type cursor struct{ types, ids []string }
+	run := func(t *testing.T, scope []int, heads int, pastDead []string, c cursor) []int64 {
 		t.Helper()
 		var seqs []int64
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, claim, scope, heads, 4, pastDead, 1000, 16, discover)
+			rows, err := tx.Query(ctx, claim, scope, heads, 4, pastDead, 1000, 16, c.types, c.ids)
 			if err != nil {
 				return err
 			}
@@ -115,9 +118,47 @@ func TestDiscoveryClaimsWhatTheWalkClaims(t *testing.T) {
 		"1": 0, "4": 0, "8": 0, "9": 0, "10": 0, // held, head in backoff, none pending, head locked, held
 		"2": 2, "6": 2, "11": 2, // before a dead event, a follower in backoff, a locked follower
 	}
+	typeOf := func(agg string) string {
+		if n, _ := strconv.Atoi(agg); n%5 == 0 {
+			return "ledger"
+		}
+		return "order"
+	}
+	// claimable lists, per type in key order, the aggregates a claim may take (in scope).
+	claimable := func(t *testing.T, scope []int, pastDead []string) map[string][]string {
+		out := map[string][]string{}
+		for a := range 40 {
+			agg := fmt.Sprint(a)
+			if w, ok := want[agg]; ok && w == 0 && (agg != "10" || !slices.Contains(pastDead, "ledger")) {
+				continue
+			}
+			if scope != nil && !slices.Contains(scope, partitionOf(t, pool, typeOf(agg), agg)*16/4096) {
+				continue
+			}
+			out[typeOf(agg)] = append(out[typeOf(agg)], agg)
+		}
+		for _, aggs := range out {
+			slices.Sort(aggs)
+		}
+		return out
+	}
+	claimedAggregates := func(seqs []int64) map[string][]string {
+		seen := map[string]bool{}
+		out := map[string][]string{}
+		for _, s := range seqs {
+			if a := aggregateOf[s]; !seen[a] {
+				seen[a] = true
+				out[typeOf(a)] = append(out[typeOf(a)], a)
+			}
+		}
+		for _, aggs := range out {
+			slices.Sort(aggs)
+		}
+		return out
+	}
 	checkCut := func(t *testing.T) {
 		claimedPer := map[string]int{}
-		for _, seq := range run(t, nil, 100, 0, nil) {
+		for _, seq := range run(t, nil, 100, nil, cursor{}) {
 			claimedPer[aggregateOf[seq]]++
 		}
 		for a := range 40 {
@@ -131,60 +172,63 @@ func TestDiscoveryClaimsWhatTheWalkClaims(t *testing.T) {
 			}
 		}
 	}
+	checkShares := func(t *testing.T) {
+		for _, c := range []struct {
+			name     string
+			scope    []int
+			heads    int
+			pastDead []string
+		}{
+			{"all", nil, 100, nil},
+			{"all, publish past dead ledgers", nil, 100, []string{"ledger"}},
+			{"fewer heads than there are", nil, 7, nil},
+			{"a quarter of the partitions", []int{0, 1, 2, 3}, 100, nil},
+			{"another quarter, few heads", []int{8, 9, 10, 11}, 3, []string{"ledger"}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				all := claimable(t, c.scope, c.pastDead)
+				share := max(1, c.heads/len(all))
+				got := claimedAggregates(run(t, c.scope, c.heads, c.pastDead, cursor{}))
+				for typ, aggs := range all {
+					// each type's share of the heads: its first claimable aggregates in key order
+					if w := aggs[:min(share, len(aggs))]; !slices.Equal(got[typ], w) {
+						t.Errorf("type %s: claimed aggregates %v, want %v (the first %d claimable in key order)", typ, got[typ], w, share)
+					}
+				}
+				if len(got) == 0 {
+					t.Fatal("nothing claimed")
+				}
+			})
+		}
+	}
+	// The rotation: from a type's cursor onwards, round the end, up to the cursor.
+	checkRotation := func(t *testing.T) {
+		// Aggregate 9's head is locked by the other claim: the rotation counts it (it
+		// cannot know), and the lock step drops it.
+		orders := append(claimable(t, nil, nil)["order"], "9")
+		slices.Sort(orders)
+		for _, start := range []int{0, 5, len(orders) - 2, len(orders) - 1} {
+			cur := cursor{types: []string{"order"}, ids: []string{orders[start]}}
+			got := claimedAggregates(run(t, nil, 6, nil, cur))["order"]
+			var w []string
+			for k := 1; k <= 3; k++ {
+				if a := orders[(start+k)%len(orders)]; a != "9" {
+					w = append(w, a)
+				}
+			}
+			slices.Sort(w)
+			if !slices.Equal(got, w) {
+				t.Errorf("cursor %s: claimed %v, want %v (the next 3 after it, round the end)", orders[start], got, w)
+			}
+		}
+	}
 
 	for _, variant := range []string{"claim_ordered", "claim_ordered_delete"} {
 		claim = sqlq.Query(variant, `"outbox"`)
 		t.Run(variant, func(t *testing.T) {
 			checkCut(t)
-			checkDiscovery(t, run, aggregateOf)
-		})
-	}
-}
-
-// checkDiscovery compares, with run, the walk's claims and discovery's in several
-// scopes and limits.
-func checkDiscovery(t *testing.T, run func(t *testing.T, scope []int, heads, discover int, pastDead []string) []int64, aggregateOf map[int64]string) {
-	for _, c := range []struct {
-		name     string
-		scope    []int
-		heads    int
-		pastDead []string
-	}{
-		{"all", nil, 100, nil},
-		{"all, publish past dead ledgers", nil, 100, []string{"ledger"}},
-		{"fewer heads than there are", nil, 7, nil},
-		{"a quarter of the partitions", []int{0, 1, 2, 3}, 100, nil},
-		{"another quarter, few heads", []int{8, 9, 10, 11}, 3, []string{"ledger"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			walk := run(t, c.scope, c.heads, 0, c.pastDead)
-			if len(walk) == 0 {
-				t.Fatal("the walk claimed nothing")
-			}
-			if found := run(t, c.scope, c.heads, 1000, c.pastDead); !slices.Equal(found, walk) {
-				t.Fatalf("discovery claimed %v\nthe walk claimed %v", found, walk)
-			}
-			// Discovery capped at 5 aggregates claims a subset of what a walk claims, from
-			// exactly min(5, heads, claimable aggregates) aggregates: the cap counts
-			// claimable aggregates only, so the held, backing-off and locked ones that sort
-			// first do not use it up.
-			capped := run(t, c.scope, c.heads, 5, c.pastDead)
-			all := run(t, c.scope, 100, 0, c.pastDead)
-			for _, s := range capped {
-				if _, ok := slices.BinarySearch(all, s); !ok {
-					t.Fatalf("capped discovery claimed seq %d, which no walk claims (%v)", s, all)
-				}
-			}
-			aggs := func(seqs []int64) int {
-				seen := map[string]bool{}
-				for _, s := range seqs {
-					seen[aggregateOf[s]] = true
-				}
-				return len(seen)
-			}
-			if got, want := aggs(capped), min(5, c.heads, aggs(all)); got != want || want == 0 {
-				t.Fatalf("capped discovery claimed rows of %d aggregates, want %d (min of 5, the head limit %d and %d claimable)", got, want, c.heads, aggs(all))
-			}
+			checkShares(t)
+			checkRotation(t)
 		})
 	}
 }

@@ -1,64 +1,39 @@
 package relay
 
-import "testing"
+import (
+	"slices"
+	"testing"
 
-func TestHeadHint(t *testing.T) {
+	"github.com/outboxkit/outbox"
+)
+
+// A rotation's cursor per type moves to the last aggregate a claim took in the claim's
+// order: the greatest id after the old cursor, or, when the claim wrapped round the end
+// of the type's key space, the greatest id at or before the old cursor.
+func TestRotationAdvance(t *testing.T) {
 	t.Parallel()
-	var h headHint
-	scope := []int{1, 2}
-	const partitions = 16 // scope is 2 of them: discovery reads 8 × as many aggregates
-	full := headPlan{limit: 100, full: true}
-	discover := headPlan{limit: 100, full: true, discover: discoverPerHead * 100 * 8}
-	if p := h.plan(scope, 100, partitions); p != discover {
-		t.Fatalf("first claim: %+v, want %+v", p, discover)
+	msg := func(typ, id string) outbox.Message { return outbox.Message{AggregateType: typ, AggregateID: id} }
+	var r rotation
+	if types, ids := r.args(); len(types) != 0 || len(ids) != 0 {
+		t.Fatalf("a new rotation has cursors %v %v", types, ids)
 	}
-	h.observe(scope, discover, 100, 100) // there are 100 heads or more: walk
-	if p := h.plan(scope, 100, partitions); p != full {
-		t.Fatalf("no hint: %+v, want %+v", p, full)
-	}
-	h.observe(scope, full, 7, 70) // a deep walk ran out at 7 heads
-	for i := 1; i < fullClaimEvery; i++ {
-		p := h.plan(scope, 100, partitions)
-		if p != (headPlan{limit: 7}) {
-			t.Fatalf("claim %d: %+v, want a walk for 7 heads", i, p)
+	r.advance([]outbox.Message{msg("order", "b"), msg("order", "d"), msg("order", "d"), msg("cart", "x")})
+	cursor := func(typ string) string {
+		types, ids := r.args()
+		if i := slices.Index(types, typ); i >= 0 {
+			return ids[i]
 		}
-		h.observe(scope, p, 7, 70)
+		return ""
 	}
-	p := h.plan(scope, 100, partitions)
-	if p != discover {
-		t.Fatalf("after %d claims: %+v, want %+v", fullClaimEvery, p, discover)
+	if cursor("order") != "d" || cursor("cart") != "x" {
+		t.Fatalf("cursors order=%q cart=%q, want d and x", cursor("order"), cursor("cart"))
 	}
-	h.observe(scope, p, 100, 1000) // enough heads now: no hint
-	if p := h.plan(scope, 100, partitions); p != full {
-		t.Fatalf("hint not dropped: %+v", p)
+	r.advance([]outbox.Message{msg("order", "e"), msg("order", "a"), msg("order", "c")}) // e, then wrapped: a, c
+	if got := cursor("order"); got != "c" {
+		t.Fatalf("after a wrapped claim the cursor is %q, want c (the last in rotation order)", got)
 	}
-	h.observe(scope, full, 3, 30)
-	if p := h.plan([]int{3}, 100, partitions); p.discover != discoverPerHead*100*16 {
-		t.Fatalf("another scope: %+v, want discovery (its first claim)", p)
-	}
-	h.observe(scope, headPlan{limit: 3}, 2, 20) // fewer heads left: the hint shrinks
-	if h.heads != 2 {
-		t.Fatalf("heads %d, want 2", h.heads)
-	}
-	// A shallow walk (about one event per head: a trickle, not a backlog) sets no hint,
-	// and drops one in force: it would cap the next batches at the few heads there were.
-	h.observe(scope, headPlan{limit: 2}, 1, 1)
-	if h.heads != 0 {
-		t.Fatalf("a shallow walk left a hint of %d heads", h.heads)
-	}
-	var trickle headHint
-	trickle.observe(scope, discover, 5, 5)
-	if p := trickle.plan(scope, 100, partitions); p != full {
-		t.Fatalf("after a shallow walk: %+v, want %+v", p, full)
-	}
-	// An empty claim teaches nothing: the next claim discovers, as a first one does.
-	h.observe(scope, full, 0, 0)
-	if p := h.plan(scope, 100, partitions); p != discover {
-		t.Fatalf("after an empty claim: %+v, want %+v", p, discover)
-	}
-	// Without a scope (all partitions), discovery reads discoverPerHead aggregates per head.
-	var all headHint
-	if p := all.plan(nil, 100, partitions); p.discover != discoverPerHead*100 {
-		t.Fatalf("no scope: %+v, want discovery of %d aggregates", p, discoverPerHead*100)
+	r.advance([]outbox.Message{msg("order", "f")})
+	if got := cursor("order"); got != "f" || cursor("cart") != "x" {
+		t.Fatalf("cursors order=%q cart=%q, want f and x (a type not claimed keeps its cursor)", got, cursor("cart"))
 	}
 }

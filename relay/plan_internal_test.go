@@ -50,9 +50,32 @@ func TestOrderedClaimPlanAfterDrainedBacklog(t *testing.T) {
 				if strings.Contains(plan, "Seq Scan on events") {
 					t.Errorf("a sequential scan of events; plan:\n%s", plan)
 				}
+				if !lockedByTID(plan) {
+					t.Errorf("the lock step does not lock by TID scan (an index scan there reads the drained rows' dead entries on every claim); plan:\n%s", plan)
+				}
 			})
 		}
 	}
+}
+
+// lockedByTID reports whether the plan's LockRows (the claim's lock step) reads the
+// picked rows by TID scan.
+func lockedByTID(plan string) bool {
+	lines := strings.Split(plan, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, "LockRows") {
+			continue
+		}
+		for _, next := range lines[i+1:] {
+			switch {
+			case strings.Contains(next, "Tid Scan on events"):
+				return true
+			case strings.Contains(next, "Scan using") || strings.Contains(next, "Seq Scan"):
+				return false
+			}
+		}
+	}
+	return false
 }
 
 // A relay's prepared claim gets its generic plan after a few executions, often while
@@ -78,6 +101,9 @@ func TestOrderedClaimGenericPlanFromASmallTable(t *testing.T) {
 			if strings.Contains(plan, "Seq Scan on events") {
 				t.Errorf("the generic plan scans the table; plan:\n%s", plan)
 			}
+			if !lockedByTID(plan) {
+				t.Errorf("the generic plan's lock step does not lock by TID scan; plan:\n%s", plan)
+			}
 		})
 	}
 }
@@ -94,12 +120,12 @@ func explainClaim(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql, mo
 	defer func() { _ = tx.Rollback(ctx) }()
 	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE claim") }()                         // PREPARE outlives the transaction
 	setup := append([]string{"SET LOCAL plan_cache_mode = " + mode}, claimSettings...) // as the relay plans it
-	for _, s := range append(setup, "PREPARE claim(int[], int, int, text[], int, int, int) AS "+sql) {
+	for _, s := range append(setup, "PREPARE claim(int[], int, int, text[], int, int, text[], text[]) AS "+sql) {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s[:min(len(s), 60)], err)
 		}
 	}
-	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE claim(NULL, 100, 10, NULL, 1000, 16, 0)", pgx.QueryExecModeSimpleProtocol)
+	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE claim(NULL, 100, 10, NULL, 1000, 16, '{account}', '{a5}')", pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,10 +68,14 @@ var poisonRows = []struct {
 func TestPoisonRowCannotStopTheRelay(t *testing.T) {
 	t.Parallel()
 	for _, p := range poisonRows {
-		for _, shape := range []struct {
+		shapes := []struct {
 			mode      relay.Mode
 			retention relay.RetentionMode
-		}{{relay.Ordered, relay.KeepThenDelete}, {relay.Unordered, relay.KeepThenDelete}, {relay.Ordered, relay.DeleteOnPublish}} {
+		}{{relay.Ordered, relay.KeepThenDelete}, {relay.Unordered, relay.KeepThenDelete}, {relay.Ordered, relay.DeleteOnPublish}}
+		if p.within > 5*time.Second {
+			shapes = shapes[:1] // each try builds a 1 GB string in the server: one shape is proof enough
+		}
+		for _, shape := range shapes {
 			t.Run(fmt.Sprintf("%s/%s/%s", p.name, shape.mode, shape.retention), func(t *testing.T) {
 				t.Parallel()
 				pool := pgtest.Pool(t)
