@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,10 @@ type batcher struct {
 	// succeeded since the last narrowing.
 	narrow    atomic.Int32
 	succeeded atomic.Int32
+
+	// late runs the settling of Publish calls that outlived their batch; the relay
+	// waits for it before it stops.
+	late sync.WaitGroup
 }
 
 func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, foundWork func()) *batcher {
@@ -63,6 +68,7 @@ type batchResult struct{ claimed, published, retried, dead int }
 // run claims, publishes and settles one batch: in ordered mode from the relay partitions
 // the relay leases, in unordered mode from all.
 func (b *batcher) run(ctx context.Context) (batchResult, error) {
+	relayCtx := ctx // outlives the batch: Publish calls still running after it use it
 	var res batchResult
 	var (
 		parts  []int
@@ -110,9 +116,22 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 		return res, tx.rollback(ctx)
 	}
 
-	var results published
+	var (
+		results published
+		running *inFlight // calls still running: their messages are settled after the batch
+	)
+	publishStart := time.Now()
 	if len(msgs) > 0 {
-		results, err = b.publish(ctx, msgs)
+		results, running, err = b.publish(relayCtx, msgs)
+		if running != nil {
+			// However the batch ends, the calls still running are waited for: settled
+			// after it if it commits (settleLate), else only let end.
+			defer func() {
+				if running != nil {
+					go func() { <-running.done; running.cancel() }()
+				}
+			}()
+		}
 		if err != nil {
 			b.breaker.down(time.Now())
 			return res, err
@@ -122,7 +141,14 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 		return res, err
 	}
 
-	out, down := b.classify(msgs, results)
+	returned, returnedResults := msgs, results
+	var heldMS int64
+	if running != nil {
+		returned, returnedResults = results.without(msgs, running.msgs)
+		// Held in flight until the calls' budget has run out, and a margin.
+		heldMS = (b.cfg.BatchTimeout - time.Since(publishStart) + heldMargin).Milliseconds()
+	}
+	out, down := b.classify(returned, returnedResults)
 	if down {
 		if b.breaker.down(time.Now()) {
 			b.stats.breakerOpens.Add(1)
@@ -138,11 +164,16 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 		out.dead++
 		out.deadMsgs = append(out.deadMsgs, deadMsg(r))
 	}
+	if running != nil && !down {
+		for _, i := range running.msgs {
+			out.add(msgs[i].Seq, outcomeHeld, nil, heldMS)
+		}
+	}
 	if err := failpoint.Inject(failpoint.BeforeMark); err != nil {
 		return res, err
 	}
 	// The claim marked (or deleted) every row as published: settle puts back the others.
-	fenced, err := b.commit(ctx, tx, b.settleArgs(c, out), parts, epochs)
+	txStart, fenced, err := b.commit(ctx, tx, b.settleArgs(c, out), parts, epochs, running != nil)
 	if err != nil {
 		return res, err
 	}
@@ -162,6 +193,11 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 	res.published, res.retried, res.dead = out.published, out.retried, out.dead
 	b.noteRetries(out.earliestRetry)
 	b.stats.add(res)
+	if running != nil && !down {
+		held := heldRows{msgs: msgs, p: results, running: running, until: txStart.Add(time.Duration(heldMS) * time.Millisecond), parts: parts, epochs: epochs}
+		running = nil // settleLate waits for them now
+		b.late.Go(func() { b.settleLate(relayCtx, held) })
+	}
 	for _, d := range out.deadMsgs {
 		b.log.WarnContext(ctx, "event dead", slog.String("event_id", d.msg.ID.String()), slog.String("event_type", d.msg.EventType),
 			slog.String("aggregate_type", d.msg.AggregateType), slog.String("aggregate_id", d.msg.AggregateID),
@@ -203,7 +239,8 @@ func (b *batcher) ready(ctx context.Context) (bool, error) {
 // failure or a deadlock.
 const settleAttempts = 3
 
-// commit ends a published batch, in one round trip: in ordered mode a check that every
+// commit ends a published batch, in one round trip, and returns (with wantStart) the
+// transaction's start time, the database's now(): in ordered mode a check that every
 // lease the batch was claimed under is still held at its epoch, locking the lease rows
 // FOR SHARE until the commit (fence.sql; fenced reports that one moved on, the COMMIT
 // does not run, and the caller rolls the batch back); with back (the settle statement's
@@ -212,9 +249,12 @@ const settleAttempts = 3
 // savepoint: a serialization failure or deadlock (40001, 40P01) rolls back to it,
 // keeping the claim's row locks, and it is retried, so the batch is not published a
 // second time.
-func (b *batcher) commit(ctx context.Context, tx *batchTx, back []any, parts []int, epochs []int64) (fenced bool, err error) {
+func (b *batcher) commit(ctx context.Context, tx *batchTx, back []any, parts []int, epochs []int64, wantStart bool) (txStart time.Time, fenced bool, err error) {
 	for attempt := 1; ; attempt++ {
 		batch := &pgx.Batch{}
+		if wantStart {
+			batch.Queue("SELECT now()")
+		}
 		if back != nil {
 			batch.Queue("SAVEPOINT outbox_settle")
 		}
@@ -226,10 +266,16 @@ func (b *batcher) commit(ctx context.Context, tx *batchTx, back []any, parts []i
 		}
 		batch.Queue("COMMIT")
 		br := tx.send(ctx, batch)
-		for range batch.Len() {
-			if _, err = br.Exec(); err != nil {
+		n := batch.Len()
+		if wantStart {
+			err = br.QueryRow().Scan(&txStart)
+			n--
+		}
+		for range n {
+			if err != nil {
 				break
 			}
+			_, err = br.Exec()
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -237,17 +283,17 @@ func (b *batcher) commit(ctx context.Context, tx *batchTx, back []any, parts []i
 		switch {
 		case err == nil:
 			tx.committed()
-			return false, nil
+			return txStart, false, nil
 		case errFenced(err):
-			return true, nil
+			return txStart, true, nil
 		}
 		var pgErr *pgconn.PgError
 		if back == nil || !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "40P01") || attempt == settleAttempts {
-			return false, fmt.Errorf("commit batch: %w", err)
+			return txStart, false, fmt.Errorf("commit batch: %w", err)
 		}
 		b.stats.settleRetries.Add(1)
 		if _, rerr := tx.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT outbox_settle"); rerr != nil {
-			return false, fmt.Errorf("commit batch: %w (and rolling back to the savepoint: %w)", err, rerr)
+			return txStart, false, fmt.Errorf("commit batch: %w (and rolling back to the savepoint: %w)", err, rerr)
 		}
 	}
 }

@@ -131,6 +131,11 @@ func (b *batcher) classify(msgs []outbox.Message, p published) (s settlement, do
 	if succeeded == 0 && (sinkLevel || stillDown || len(failedAggs) >= b.cfg.BreakerMinAggregates) {
 		return settlement{}, true
 	}
+	return b.decide(msgs, p, classes), false
+}
+
+// decide turns each message's class into its outcome.
+func (b *batcher) decide(msgs []outbox.Message, p published, classes []failure) (s settlement) {
 	for i, c := range classes {
 		m, err := msgs[i], p.errs[i]
 		if c == timedOut {
@@ -143,6 +148,7 @@ func (b *batcher) classify(msgs []outbox.Message, p published) (s settlement, do
 		case c == notSent:
 			// Never sent, or cut off behind the message that held its call up: no attempt
 			// counted; it stays pending, and in ordered mode behind its predecessor.
+			s.add(m.Seq, outcomeUntouched, nil, 0)
 		case c == sinkDown:
 			reason := truncate(err.Error())
 			s.add(m.Seq, outcomeDeferred, &reason, b.backoff(m.Attempt).Milliseconds())
@@ -164,7 +170,7 @@ func (b *batcher) classify(msgs []outbox.Message, p published) (s settlement, do
 			}
 		}
 	}
-	return s, false
+	return s
 }
 
 func (s *settlement) add(seq int64, o outcome, err *string, delayMS int64) {

@@ -93,17 +93,17 @@ type Config struct {
 	Wakeup Wakeup
 	// Concurrency is the number of batches in flight at once, each holding a pool
 	// connection while its sink publishes; at most the pool's MaxConns. Default in
-	// Unordered mode: [DefaultUnorderedConcurrency] (2) among all the relays of the
-	// schema, at least 1 each — a relay
-	// alone runs 2 batches at once, relays that find others alive (they announce
-	// themselves in relay_members every LeaseTTL/3) run 1 each; and 1 on a pool of
-	// fewer than 4 connections (half the pool stays free for retention and for a sink or
-	// an application sharing it). One batch at a time drains at most what one SQL loop
-	// can; many claims at once on a small server lose more to SKIP LOCKED walking past
-	// each other's rows than they gain (bench/RESULTS.md). A Concurrency you set is per
-	// relay, whatever the other relays. In Ordered mode: 1 — a relay's batches would
-	// compete for the same heads; to publish ordered batches in parallel from one process,
-	// run several relays on the pool: they share the partitions by lease.
+	// Ordered mode: [DefaultOrderedConcurrency] (2) per relay — while one batch is being
+	// published (or waits for a slow call), the other claims and publishes other
+	// aggregates (each claim starts where the last one stopped, so they take different
+	// aggregates; a head another batch holds is passed over). Default in Unordered mode:
+	// [DefaultUnorderedConcurrency] (2) among all the relays of the schema, at least 1
+	// each — a relay alone runs 2 batches at once, relays that find others alive (they
+	// announce themselves in relay_members every LeaseTTL/3) run 1 each: many claims at
+	// once on a small server lose more to SKIP LOCKED walking past each other's rows
+	// than they gain (bench/RESULTS.md). Either mode: 1 on a pool of fewer than 4
+	// connections (half the pool stays free for retention and for a sink or an
+	// application sharing it). A Concurrency you set is per relay.
 	Concurrency int
 	// PublishCalls is the most Publish calls one batch makes at once. The batch's
 	// aggregates are dealt out among them, each aggregate's messages in one call and in
@@ -111,6 +111,13 @@ type Config struct {
 	// another, holds up only the aggregates of its own call. 1: one call per batch.
 	// Default [DefaultPublishCalls] (32), at most 1024.
 	PublishCalls int
+	// SlowPublish is how long a batch waits, at the least, for its slowest Publish calls
+	// once others have returned: after SlowPublish, or four times as long as the first
+	// call took, whichever is longer, the batch commits what returned, and the
+	// aggregates of the calls still running wait for them (their events held in flight,
+	// settled when the calls return or BatchTimeout ends them) while the relay goes on
+	// with every other aggregate. Default [DefaultSlowPublish] (50ms).
+	SlowPublish time.Duration
 	// MaxAttempts is the attempt budget of an event failing transiently; it is dead
 	// when spent. Default [DefaultMaxAttempts] (10). A permanent failure ([outbox.Permanent]) is dead at once.
 	MaxAttempts int
@@ -163,7 +170,11 @@ const (
 	// DefaultUnorderedConcurrency is the number of batches in flight that the unordered
 	// relays of a schema share when their Concurrency is unset.
 	DefaultUnorderedConcurrency = 2
+	// DefaultOrderedConcurrency is the number of batches an ordered relay has in flight
+	// when its Concurrency is unset.
+	DefaultOrderedConcurrency   = 2
 	DefaultPublishCalls         = 32
+	DefaultSlowPublish          = 50 * time.Millisecond
 	DefaultMaxAttempts          = 10
 	DefaultRetryBaseDelay       = time.Second
 	DefaultRetryMaxDelay        = 10 * time.Minute
@@ -198,6 +209,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.FallbackPollInterval = cmp.Or(cfg.FallbackPollInterval, DefaultFallbackPollInterval)
 	cfg.Wakeup = cmp.Or(cfg.Wakeup, DefaultWakeup)
 	cfg.PublishCalls = cmp.Or(cfg.PublishCalls, DefaultPublishCalls)
+	cfg.SlowPublish = cmp.Or(cfg.SlowPublish, DefaultSlowPublish)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
 	cfg.RetryBaseDelay = cmp.Or(cfg.RetryBaseDelay, DefaultRetryBaseDelay)
 	cfg.RetryMaxDelay = cmp.Or(cfg.RetryMaxDelay, DefaultRetryMaxDelay)
@@ -233,6 +245,7 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.FallbackPollInterval > 0, "FallbackPollInterval must be positive, got %s", cfg.FallbackPollInterval)
 	check(cfg.Wakeup == WakeupListen || cfg.Wakeup == WakeupPoll, "Wakeup must be %q or %q, got %q", WakeupListen, WakeupPoll, cfg.Wakeup)
 	check(cfg.Concurrency >= 0 && cfg.Concurrency <= 64, "Concurrency must be between 1 and 64 (or 0: the default), got %d", cfg.Concurrency)
+	check(cfg.SlowPublish > 0, "SlowPublish must be positive, got %s", cfg.SlowPublish)
 	check(cfg.PublishCalls >= 1 && cfg.PublishCalls <= 1024, "PublishCalls must be between 1 and 1024, got %d", cfg.PublishCalls)
 	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)
 	check(cfg.RetryBaseDelay > 0, "RetryBaseDelay must be positive, got %s", cfg.RetryBaseDelay)
@@ -270,7 +283,7 @@ func (c *Config) workers(maxConns int) (workerPlan, error) {
 	switch {
 	case c.Concurrency > 0:
 	case c.Mode == Ordered:
-		p.max = 1
+		p.max = min(DefaultOrderedConcurrency, max(1, maxConns/2))
 	default:
 		p.max, p.shared = min(DefaultUnorderedConcurrency, max(1, maxConns/2)), true
 	}

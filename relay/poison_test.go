@@ -57,8 +57,8 @@ var poisonRows = []struct {
 		why: "string buffer",
 		// Rendering the row until the server refuses costs 2.3 s on this machine: the
 		// failed claim and the one try that finds the row take two of those (4–5 s with
-		// the other tests running beside it).
-		within: 10 * time.Second,
+		// the other tests running beside it; up to 8 s on a loaded machine).
+		within: 15 * time.Second,
 	},
 }
 
@@ -66,7 +66,8 @@ var poisonRows = []struct {
 // relay: the relay finds it, parks it dead with the error, and the other aggregates are
 // delivered within seconds — in both modes and both kinds of claim (mark, delete).
 func TestPoisonRowCannotStopTheRelay(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the render that fails builds a 1 GB string in the server for seconds;
+	// beside the parallel tests (and -race) it took over 10 s.
 	for _, p := range poisonRows {
 		shapes := []struct {
 			mode      relay.Mode
@@ -77,7 +78,6 @@ func TestPoisonRowCannotStopTheRelay(t *testing.T) {
 		}
 		for _, shape := range shapes {
 			t.Run(fmt.Sprintf("%s/%s/%s", p.name, shape.mode, shape.retention), func(t *testing.T) {
-				t.Parallel()
 				pool := pgtest.Pool(t)
 				ctx := context.Background()
 				for _, stmt := range p.setup {

@@ -3,7 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
-	"sync"
+	"time"
 
 	"github.com/outboxkit/outbox"
 )
@@ -19,39 +19,86 @@ type published struct {
 }
 
 // publish hands a batch's messages (in seq order) to the sink within the batch's time
-// budget. The batch's aggregates are spread over up to Config.PublishCalls Publish calls
-// made at once, each aggregate's messages in one call and in order, so a sink that
-// publishes one message after another, or one message that hangs, holds up only the
-// aggregates of its own call. It returns an error only when the sink broke its contract
-// (not one result per message).
-func (b *batcher) publish(ctx context.Context, msgs []outbox.Message) (published, error) {
+// budget (ctx: the relay's, not the batch's, so calls can outlive the batch; see below).
+// The batch's aggregates are spread over up to Config.PublishCalls Publish calls made at
+// once, each aggregate's messages in one call and in order, so a sink that publishes one
+// message after another, or one message that hangs, holds up only the aggregates of its
+// own call.
+//
+// When some calls have returned and the others are still running long after —
+// SlowPublish, or four times as long as the first call took, whichever is longer —
+// publish returns without them: the batch settles what returned, and the calls still
+// running (inFlight) are waited for and settled after it (batcher.settleLate). It returns
+// an error only when the sink broke its contract (not one result per message).
+func (b *batcher) publish(ctx context.Context, msgs []outbox.Message) (published, *inFlight, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
-	defer cancel()
 	calls := spread(msgs, b.cfg.PublishCalls)
 	p := published{errs: make([]error, len(msgs)), late: make([]bool, len(msgs)), call: make([]int, len(msgs))}
 	if len(calls) == 1 {
-		return p, b.call(ctx, msgs, 0, nil, p)
+		defer cancel()
+		return p, nil, b.call(ctx, msgs, 0, nil, p)
 	}
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
+	type result struct {
+		call int
+		err  error
+	}
+	finished := make(chan result, len(calls))
+	started := time.Now()
 	for c, idx := range calls {
-		wg.Go(func() {
+		go func() {
 			part := make([]outbox.Message, len(idx))
 			for i, j := range idx {
 				part[i] = msgs[j]
 			}
-			if err := b.call(ctx, part, c, idx, p); err != nil {
-				mu.Lock()
-				firstErr = err
-				mu.Unlock()
-			}
-		})
+			finished <- result{c, b.call(ctx, part, c, idx, p)}
+		}()
 	}
-	wg.Wait()
-	return p, firstErr
+	var (
+		firstErr error
+		cut      <-chan time.Time
+		returned = make([]bool, len(calls))
+	)
+	for n := 0; n < len(calls); {
+		select {
+		case r := <-finished:
+			n++
+			returned[r.call] = true
+			if r.err != nil {
+				firstErr = r.err
+			}
+			if cut == nil && n < len(calls) {
+				cut = time.After(max(b.cfg.SlowPublish, 4*time.Since(started)) - time.Since(started))
+			}
+		case <-cut:
+			f := &inFlight{done: make(chan struct{}), cancel: cancel}
+			for c, idx := range calls {
+				if !returned[c] {
+					f.msgs = append(f.msgs, idx...)
+				}
+			}
+			pending := len(calls) - n
+			go func() {
+				for range pending {
+					if r := <-finished; r.err != nil {
+						f.err = r.err
+					}
+				}
+				close(f.done)
+			}()
+			return p, f, firstErr
+		}
+	}
+	cancel()
+	return p, nil, firstErr
+}
+
+// inFlight is the Publish calls of a batch still running when the batch went on without
+// them.
+type inFlight struct {
+	msgs   []int         // the indexes, in the batch, of their messages
+	done   chan struct{} // closed when every one of them has returned
+	err    error         // a contract error of one of them; read after done
+	cancel context.CancelFunc
 }
 
 // call makes Publish call number c with part, whose messages are msgs[idx[i]] of the

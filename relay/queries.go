@@ -7,6 +7,7 @@ import "github.com/outboxkit/outbox/internal/sqlq"
 // tables below say which.
 type queries struct {
 	claim, settle               string // claimQueries, settleQueries
+	settleLate                  string
 	poisonCandidates, poisonTry string // poisonCandidateQueries, poisonTryQueries
 	poisonPark, poisonBySize    string
 	fence, config, probe        string
@@ -38,7 +39,7 @@ func newQueries(cfg *Config, quoted string) *queries {
 	q := func(name string) string { return sqlq.Query(name, quoted) }
 	del := deletes(cfg.Retention.Mode)
 	return &queries{
-		claim: q(claimQueries[cfg.Mode][del]), settle: q(settleQueries[del]),
+		claim: q(claimQueries[cfg.Mode][del]), settle: q(settleQueries[del]), settleLate: q("settle_late"),
 		poisonCandidates: q(poisonCandidateQueries[cfg.Mode]), poisonTry: q(poisonTryQueries[del]),
 		poisonPark: q("poison_park"), poisonBySize: q("poison_by_size"),
 		fence: q("fence"), config: q("relay_config"), probe: q("probe"),

@@ -152,6 +152,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { r.listener.run(fail) })
 	}
 	wg.Wait()
+	r.batches.late.Wait() // Publish calls that outlived their batch settle before the leases go
 	if errors.Is(firstErr, failpoint.ErrCrash) {
 		r.leases.abandon() // a simulated crash releases nothing
 	}

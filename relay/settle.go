@@ -26,6 +26,10 @@ const (
 	// outcomeUntouched: never sent (behind a failed predecessor, skipped, the sink
 	// down): pending again as it was, no attempt counted.
 	outcomeUntouched outcome = "untouched"
+	// outcomeHeld: its Publish call still runs after the batch (publish.go): pending,
+	// not available until the call has had its time, no attempt counted yet;
+	// settle_late.sql settles it when the call returns.
+	outcomeHeld outcome = "held"
 )
 
 // rowOutcomes are settle_keep.sql's parameters, one element per row: seq, outcome,

@@ -37,6 +37,9 @@ type Stats struct {
 	// SettleRetries counts put-backs of unpublished rows retried after a serialization
 	// failure or deadlock.
 	SettleRetries int64
+	// LatePublishes counts events whose Publish call outlived its batch (SlowPublish):
+	// held in flight while the relay went on, and settled when the call returned.
+	LatePublishes int64
 	// PoisonRows counts rows parked dead because every claim including them failed (a
 	// value the server cannot render, a trigger that raises, a value the relay cannot
 	// read); Dead counts them too.
@@ -57,7 +60,7 @@ type Stats struct {
 type counters struct {
 	published, retried, dead, batches, breakerOpens, sinkDownBatches, errors, purged                         atomic.Int64
 	leasesAcquired, leasesRescued, leasesLost, leasesReleased, fencedWrites, abandonedBatches, settleRetries atomic.Int64
-	poisonRows                                                                                               atomic.Int64
+	poisonRows, latePublishes                                                                                atomic.Int64
 }
 
 func (c *counters) add(res batchResult) {
@@ -75,7 +78,7 @@ func (r *Relay) Stats() Stats {
 		BreakerOpens: c.breakerOpens.Load(), SinkDownBatches: c.sinkDownBatches.Load(), Errors: c.errors.Load(),
 		Purged: c.purged.Load(), LeasesAcquired: c.leasesAcquired.Load(), LeasesRescued: c.leasesRescued.Load(),
 		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
-		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(), PoisonRows: c.poisonRows.Load(),
+		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(), PoisonRows: c.poisonRows.Load(), LatePublishes: c.latePublishes.Load(),
 		WakeupListening: r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
 		Workers:         r.activeWorkers(),
 	}

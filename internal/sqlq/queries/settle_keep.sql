@@ -2,13 +2,15 @@
 -- messages of a batch that were not published, in the same transaction. $1 seq, $2
 -- outcome: 'retry' (back to pending after a delay, the attempt counted), 'dead',
 -- 'deferred' (the sink was down for it while others went out: back to pending after a
--- delay, no attempt counted) or 'untouched' (never sent: back to pending as it was, no
--- attempt counted); $3 error (null: keep the last one); $4 delay in ms.
+-- delay, no attempt counted), 'untouched' (never sent: back to pending as it was, no
+-- attempt counted) or 'held' (its Publish call still running after the batch: pending,
+-- not available until the delay has passed, no attempt counted yet — settle_late.sql
+-- settles it when the call returns); $3 error (null: keep the last one); $4 delay in ms.
 UPDATE {{schema}}.events e
 SET published_at = NULL,
-    attempts     = CASE WHEN i.outcome IN ('untouched', 'deferred') THEN e.attempts - 1 ELSE e.attempts END,
+    attempts     = CASE WHEN i.outcome IN ('untouched', 'deferred', 'held') THEN e.attempts - 1 ELSE e.attempts END,
     dead_at      = CASE WHEN i.outcome = 'dead' THEN now() END,
     last_error   = coalesce(i.error, e.last_error),
-    available_at = CASE WHEN i.outcome IN ('retry', 'deferred') THEN now() + i.delay_ms * interval '1 millisecond' ELSE e.available_at END
+    available_at = CASE WHEN i.outcome IN ('retry', 'deferred', 'held') THEN now() + i.delay_ms * interval '1 millisecond' ELSE e.available_at END
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS i(seq, outcome, error, delay_ms)
 WHERE e.seq = i.seq

@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox"
+)
+
+// heldMargin is how long, beyond the batch's publish budget, the rows of Publish calls
+// still running after their batch stay held in flight: the calls have ended by then, and
+// their settling has had time to run.
+const heldMargin = 5 * time.Second
+
+// heldRows are the rows a batch committed as held in flight (outcomeHeld) because their
+// Publish calls were still running.
+type heldRows struct {
+	msgs    []outbox.Message // the whole batch's messages
+	p       published        // the whole batch's results, filled in by the calls
+	running *inFlight
+	until   time.Time // available_at of the held rows: the token settle_late.sql checks
+	parts   []int     // the batch's leases (ordered mode)
+	epochs  []int64
+}
+
+// without returns the messages of msgs, and their results in p, other than those at
+// indexes skip (ascending): what the calls that returned said.
+func (p published) without(msgs []outbox.Message, skip []int) ([]outbox.Message, published) {
+	omit := make(map[int]bool, len(skip))
+	for _, i := range skip {
+		omit[i] = true
+	}
+	var (
+		out []outbox.Message
+		q   published
+	)
+	for i, m := range msgs {
+		if omit[i] {
+			continue
+		}
+		out = append(out, m)
+		q.errs, q.late, q.call = append(q.errs, p.errs[i]), append(q.late, p.late[i]), append(q.call, p.call[i])
+	}
+	return out, q
+}
+
+// settleLate waits for the Publish calls a batch went on without and settles their
+// messages in a transaction of their own (settle_late.sql): each by what its call said,
+// classified as a batch's are, but never as an outage (the batch decided that, without
+// them). In ordered mode it checks the batch's leases first: if one moved on, it changes
+// nothing, and the rows become claimable when their hold runs out (the new owner
+// publishes them again). It changes only rows still held at h.until.
+func (b *batcher) settleLate(ctx context.Context, h heldRows) {
+	<-h.running.done
+	h.running.cancel()
+	if h.running.err != nil {
+		b.log.WarnContext(ctx, "late publish", slog.Any("error", h.running.err))
+		return // a sink that broke its contract: the rows stay held until h.until, then go again
+	}
+	var msgs []outbox.Message
+	var p published
+	for _, i := range h.running.msgs {
+		msgs = append(msgs, h.msgs[i])
+		p.errs, p.late, p.call = append(p.errs, h.p.errs[i]), append(p.late, h.p.late[i]), append(p.call, h.p.call[i])
+	}
+	out := b.decide(msgs, p, failures(msgs, p))
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if b.cfg.Mode == Ordered {
+			if _, err := tx.Exec(ctx, b.q.fence, b.owner, h.parts, h.epochs); err != nil {
+				return err
+			}
+		}
+		o := out.outcomes
+		_, err := tx.Exec(ctx, b.q.settleLate, o.seqs, o.outcomes, o.errs, o.delaysMS, h.until, deletes(b.cfg.Retention.Mode))
+		return err
+	})
+	switch {
+	case errFenced(err):
+		b.stats.fencedWrites.Add(int64(len(msgs)))
+		b.log.WarnContext(ctx, "late publish fenced: lease taken over", slog.Int("events", len(msgs)))
+		return
+	case err != nil:
+		if !errors.Is(err, context.Canceled) { // cancelled: the relay is stopping
+			b.log.WarnContext(ctx, "settle late publish", slog.Any("error", fmt.Errorf("%d events held until %s: %w", len(msgs), h.until, err)))
+		}
+		return
+	}
+	b.stats.latePublishes.Add(int64(len(msgs)))
+	b.stats.published.Add(int64(out.published))
+	b.stats.retried.Add(int64(out.retried))
+	b.stats.dead.Add(int64(out.dead))
+	b.noteRetries(out.earliestRetry)
+	if out.published > 0 {
+		b.breaker.success()
+	}
+	for _, d := range out.deadMsgs {
+		b.log.WarnContext(ctx, "event dead", slog.String("event_id", d.msg.ID.String()), slog.String("event_type", d.msg.EventType),
+			slog.String("aggregate_type", d.msg.AggregateType), slog.String("aggregate_id", d.msg.AggregateID),
+			slog.Int("attempt", d.msg.Attempt), slog.String("error", d.reason))
+	}
+}
