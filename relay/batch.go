@@ -32,10 +32,14 @@ type batcher struct {
 	breaker *breaker
 	// rotation keeps where the last ordered claims stopped, per aggregate type
 	rotation rotation
-	// foundWork is called when a claim found work, to bring an idle worker in.
-	foundWork func()
+	// foundWork is called when a claim found work, to bring an idle worker in;
+	// released when a late settle made aggregates claimable again.
+	foundWork, released func()
 
-	iitTimeout string // SET LOCAL idle_in_transaction_session_timeout for claims
+	// sessionSettings are set in every claim transaction, before claimSettings: the
+	// idle-in-transaction timeout, and synchronous_commit unless
+	// Config.SynchronousCommit.
+	sessionSettings []string
 
 	// nextRetry is the earliest retry (unix ns) the relay scheduled that may still be
 	// pending; an idle relay looks again then. 0: none.
@@ -51,19 +55,30 @@ type batcher struct {
 	late sync.WaitGroup
 }
 
-func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, foundWork func()) *batcher {
+func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, foundWork, released func()) *batcher {
 	// A claim transaction is idle while the sink publishes; past the batch's budget plus
 	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
 	iit := cfg.BatchTimeout + 30*time.Second
-	return &batcher{
+	b := &batcher{
 		pool: pool, sink: sink, cfg: cfg, q: q, log: log, stats: stats, leases: leases, owner: owner,
-		breaker: newBreaker(cfg.BreakerInitialDelay, cfg.BreakerMaxDelay), foundWork: foundWork,
-		iitTimeout: fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds()),
+		breaker: newBreaker(cfg.BreakerInitialDelay, cfg.BreakerMaxDelay), foundWork: foundWork, released: released,
+		sessionSettings: []string{fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds())},
 	}
+	if !cfg.SynchronousCommit {
+		// A lost mark means a duplicate, never a loss (the event is published again), so
+		// the batch's commit need not wait for its WAL to reach disk: on a busy server
+		// that wait was one more flush per batch competing with the producers' commits.
+		b.sessionSettings = append(b.sessionSettings, "SET LOCAL synchronous_commit = off")
+	}
+	return b
 }
 
-// batchResult counts what one batch did.
-type batchResult struct{ claimed, published, retried, dead int }
+// batchResult counts what one batch did. full: the claim took as much as it may (more
+// may be waiting).
+type batchResult struct {
+	claimed, published, retried, dead int
+	full                              bool
+}
 
 // run claims, publishes and settles one batch: in ordered mode from the relay partitions
 // the relay leases, in unordered mode from all.
@@ -98,7 +113,7 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 	}
 	b.widenClaims()
 	msgs, bad := c.msgs, c.bad
-	res.claimed = len(msgs) + len(bad) + len(c.skipped)
+	res.claimed, res.full = len(msgs)+len(bad)+len(c.skipped), c.full
 	if res.claimed == 0 {
 		return res, nil
 	}
@@ -195,7 +210,8 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 	b.stats.add(res)
 	if running != nil && !down {
 		held := heldRows{msgs: msgs, p: results, running: running, until: txStart.Add(time.Duration(heldMS) * time.Millisecond), parts: parts, epochs: epochs}
-		running = nil // settleLate waits for them now
+		b.noteRetries(held.until) // if the late settle fails, the rows are claimable again then
+		running = nil             // settleLate waits for them now
 		b.late.Go(func() { b.settleLate(relayCtx, held) })
 	}
 	for _, d := range out.deadMsgs {

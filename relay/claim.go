@@ -17,9 +17,11 @@ type claimedBatch struct {
 	msgs    []outbox.Message // to publish, in seq order
 	bad     []badRow         // undecodable rows: dead
 	skipped []outbox.Message // ordered mode: after an undecodable row of their aggregate; put back untouched
-	// rows holds, in delete-on-publish, what unclaim needs to put a row back whole, in
+	// rows holds, in delete-on-publish, what settle needs to put a row back whole, in
 	// seq order.
 	rows []claimedRow
+	// full: the claim took as much as it may (more may be waiting)
+	full bool
 }
 
 // claimSettings are set in every claim transaction.
@@ -35,15 +37,15 @@ var claimSettings = []string{"SET LOCAL jit = off", "SET LOCAL enable_seqscan = 
 // aggregate, the contiguous prefix of locked, available rows (the statement cuts it).
 func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBatch, error) {
 	batch := &pgx.Batch{}
-	batch.Queue(b.iitTimeout)
-	for _, set := range claimSettings {
+	settings := slices.Concat(b.sessionSettings, claimSettings)
+	for _, set := range settings {
 		batch.Queue(set)
 	}
 	q := b.claimQuery(scope)
 	batch.Queue(b.q.claim, q.args...)
 	br := tx.begin(ctx, batch)
 	defer func() { _ = br.Close() }()
-	for range 2 + len(claimSettings) { // BEGIN, the timeout, the settings
+	for range 1 + len(settings) { // BEGIN, the settings
 		if _, err := br.Exec(); err != nil {
 			return claimedBatch{}, fmt.Errorf("claim: begin: %w", err)
 		}
@@ -57,8 +59,10 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedB
 		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
 	}
 	c := b.assemble(read)
+	c.full = len(read.msgs) >= q.capacity
 	if b.cfg.Mode == Ordered {
 		b.rotation.advance(read.msgs)
+		c.full = c.full || aggregatesOf(read.msgs) >= q.heads
 	}
 	return c, nil
 }
@@ -67,6 +71,7 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedB
 type claimQuery struct {
 	args     []any
 	capacity int // most rows the claim returns
+	heads    int // ordered mode: most aggregates the claim takes
 }
 
 // claimQuery returns the arguments of the next claim in scope: BatchSize and
@@ -79,6 +84,7 @@ func (b *batcher) claimQuery(scope []int) claimQuery {
 	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
 	types, ids := b.rotation.args()
 	return claimQuery{
+		heads:    min(batchSize, maxEvents),
 		args:     orderedClaim{scope, min(batchSize, maxEvents), b.cfg.MaxPerAggregate, b.cfg.PublishPastDead, maxEvents, b.cfg.Partitions, types, ids}.args(),
 		capacity: maxEvents,
 	}
@@ -215,4 +221,13 @@ func sortBySeq(msgs []outbox.Message, headers [][]byte) ([]outbox.Message, [][]b
 type badRow struct {
 	msg    outbox.Message
 	reason string
+}
+
+// aggregatesOf counts the distinct aggregates of msgs.
+func aggregatesOf(msgs []outbox.Message) int {
+	seen := make(map[aggregateKey]struct{}, len(msgs))
+	for _, m := range msgs {
+		seen[keyOf(m)] = struct{}{}
+	}
+	return len(seen)
 }

@@ -118,6 +118,13 @@ type Config struct {
 	// settled when the calls return or BatchTimeout ends them) while the relay goes on
 	// with every other aggregate. Default [DefaultSlowPublish] (50ms).
 	SlowPublish time.Duration
+	// SynchronousCommit makes a batch's commit wait until the database has flushed it to
+	// disk. Default false: the relay's transactions run with synchronous_commit off, so a
+	// database crash can lose the last moment's marks (at most about three times the
+	// server's wal_writer_delay); those events are published again after the restart —
+	// duplicates, as after any crash, never a loss. A synchronous commit costs every
+	// batch a WAL flush, which on a busy server competes with the producers' own.
+	SynchronousCommit bool
 	// MaxAttempts is the attempt budget of an event failing transiently; it is dead
 	// when spent. Default [DefaultMaxAttempts] (10). A permanent failure ([outbox.Permanent]) is dead at once.
 	MaxAttempts int

@@ -56,6 +56,12 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			r.batches.breaker.inconclusive()
 			woken = wait(ctx, r.idleWait(), r.wake)
 			probe = !woken
+		case !res.full && r.listener.isListening():
+			// The claim took what there was: claim again when told of more (a wake-up
+			// that came during the batch ends the wait at once), not straight away — an
+			// empty claim is a write transaction too.
+			woken = wait(ctx, r.idleWait(), r.wake)
+			probe = !woken
 		default:
 			probe = false
 		}
