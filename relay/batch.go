@@ -108,6 +108,7 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 	defer tx.end()
 
 	c, err := b.claim(ctx, tx, scope)
+	b.stats.claims.Add(1)
 	if err != nil {
 		return b.claimFailed(ctx, tx, scope, err)
 	}

@@ -12,6 +12,9 @@ type Stats struct {
 	Dead int64
 	// Batches that claimed at least one event.
 	Batches int64
+	// Claims counts claim transactions, also those that found nothing: each is a write
+	// transaction on the database.
+	Claims int64
 	// BreakerOpens counts transitions of the breaker from closed to open.
 	BreakerOpens int64
 	// SinkDownBatches counts batches abandoned because the sink was down.
@@ -60,7 +63,7 @@ type Stats struct {
 type counters struct {
 	published, retried, dead, batches, breakerOpens, sinkDownBatches, errors, purged                         atomic.Int64
 	leasesAcquired, leasesRescued, leasesLost, leasesReleased, fencedWrites, abandonedBatches, settleRetries atomic.Int64
-	poisonRows, latePublishes                                                                                atomic.Int64
+	poisonRows, latePublishes, claims                                                                        atomic.Int64
 }
 
 func (c *counters) add(res batchResult) {
@@ -78,7 +81,7 @@ func (r *Relay) Stats() Stats {
 		BreakerOpens: c.breakerOpens.Load(), SinkDownBatches: c.sinkDownBatches.Load(), Errors: c.errors.Load(),
 		Purged: c.purged.Load(), LeasesAcquired: c.leasesAcquired.Load(), LeasesRescued: c.leasesRescued.Load(),
 		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
-		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(), PoisonRows: c.poisonRows.Load(), LatePublishes: c.latePublishes.Load(),
+		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(), PoisonRows: c.poisonRows.Load(), LatePublishes: c.latePublishes.Load(), Claims: c.claims.Load(),
 		WakeupListening: r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
 		Workers:         r.activeWorkers(),
 	}

@@ -47,6 +47,9 @@ type childConfig struct {
 	JITOff     bool // SET jit = off in the relays' sessions
 	// Cold: the relays start at GO (not before READY): no lease held, no peer counted.
 	Cold bool
+	// FollowLoop > 0: instead of relays, run the plain-SQL follow loop polling this
+	// often (the latency part's peer), recording receipts.
+	FollowLoop time.Duration
 }
 
 // childResult is what a child reports.
@@ -57,6 +60,7 @@ type childResult struct {
 	Acked           int64         // messages acknowledged by the sinks
 	OrderViolations int64
 	Stats           relay.Stats // summed over the relays
+	Statements      int64       // the follow loop's statements
 }
 
 // childMain runs the child process and returns its exit code.
@@ -74,6 +78,9 @@ func childMain(spec string) int {
 }
 
 func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
+	if cfg.FollowLoop > 0 {
+		return runFollowLoopChild(cfg, in, out)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -283,6 +290,9 @@ func sumStats(relays []*relay.Relay) relay.Stats {
 		s.FencedWrites += x.FencedWrites
 		s.AbandonedBatches += x.AbandonedBatches
 		s.SettleRetries += x.SettleRetries
+		s.Claims += x.Claims
+		s.LatePublishes += x.LatePublishes
+		s.PoisonRows += x.PoisonRows
 		s.WakeupListening = s.WakeupListening && x.WakeupListening
 	}
 	return s
@@ -416,4 +426,48 @@ func (c *child) result() (childResult, error) {
 func (c *child) kill() {
 	_ = c.stdin.Close()
 	_ = c.cmd.Process.Kill()
+}
+
+// runFollowLoopChild runs the plain-SQL follow loop from READY until STOP (or stdin
+// closes), then writes its receipts and prints its result.
+func runFollowLoopChild(cfg childConfig, in io.Reader, out io.Writer) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool, err := benchdb.Open(ctx, cfg.DSN, cfg.DB, 2, nil)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rec := &recordSink{}
+	var (
+		statements int64
+		loopErr    error
+		done       = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		statements, loopErr = followLoop(ctx, pool, cfg.FollowLoop, rec)
+	}()
+	if _, err := fmt.Fprintln(out, "READY"); err != nil {
+		return fmt.Errorf("report ready: %w", err)
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() && strings.TrimSpace(sc.Text()) != "STOP" {
+	}
+	cancel()
+	<-done
+	if loopErr != nil {
+		return loopErr
+	}
+	if err := rec.writeTo(cfg.Receipts); err != nil {
+		return err
+	}
+	b, err := json.Marshal(childResult{Statements: statements})
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	if _, err := fmt.Fprintf(out, "RESULT %s\n", b); err != nil {
+		return fmt.Errorf("report result: %w", err)
+	}
+	return nil
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxkit/outbox"
@@ -28,18 +27,31 @@ const (
 	targetLatencyP99  = 10 * time.Millisecond
 	targetLatencyRate = 500
 	producerWorkers   = 16
+	// targetVsLoop: the default path's p99 against the plain-SQL follow loop's, same run.
+	targetVsLoop = 0.8
+	// targetProducerTx: the producer's tx p99 with the relay running against alone.
+	targetProducerTx = 1.2
 )
 
-// wakePath is one way the relay learns of new events.
+// wakePath is one way events get from the producer's commit to the sink: a relay and
+// how it learns of new events, the plain-SQL follow loop, or nothing (the producer
+// alone, for its own transaction times).
 type wakePath struct {
 	name     string
-	notifier bool // the producer passes a Notifier's AfterCommit to WithTx
+	notifier bool // the producer calls a Notifier's AfterCommit after each commit
 	trigger  bool // the NOTIFY trigger is installed
 	wakeup   relay.Wakeup
 	poll     time.Duration // 0: the relay's default PollInterval
+	loop     time.Duration // > 0: the plain-SQL follow loop polling this often, not a relay
+	none     bool          // no relay: the producer alone
 }
 
+// loopPath is the peer every relay path is compared with.
+var loopPath = wakePath{name: "plain-SQL follow loop, 10ms poll", loop: 10 * time.Millisecond}
+
 var wakePaths = []wakePath{
+	{name: "no relay (the producer alone)", none: true},
+	loopPath,
 	{name: "default: Notifier after commit + LISTEN", notifier: true, wakeup: relay.WakeupListen},
 	{name: "NOTIFY trigger + LISTEN", trigger: true, wakeup: relay.WakeupListen},
 	{name: "polling only, PollInterval 10ms", wakeup: relay.WakeupPoll, poll: 10 * time.Millisecond},
@@ -52,7 +64,9 @@ type latencyResult struct {
 	rate     int
 	events   int
 	achieved float64         // events/s actually committed
-	lat      []time.Duration // sorted
+	lat      []time.Duration // sorted; empty for the producer alone
+	txs      []time.Duration // the producer's transactions, begin to commit, sorted
+	claims   int64           // the relay's claim transactions (the loop's statements)
 }
 
 func (b *bench) latency(ctx context.Context) (partReport, error) {
@@ -63,8 +77,8 @@ func (b *bench) latency(ctx context.Context) (partReport, error) {
 			if err != nil {
 				return partReport{}, fmt.Errorf("%s at %d events/s: %w", path.name, rate, err)
 			}
-			fmt.Fprintf(os.Stderr, "latency %5d/s %-42s p50 %6.2f p99 %7.2f max %7.2f ms\n", rate, path.name,
-				ms(percentile(res.lat, 50)), ms(percentile(res.lat, 99)), ms(res.lat[len(res.lat)-1]))
+			fmt.Fprintf(os.Stderr, "latency %5d/s %-42s p50 %6.2f p99 %7.2f ms, producer tx p99 %6.2f ms, %.2f claims/event\n", rate, path.name,
+				ms(percentile(res.lat, 50)), ms(percentile(res.lat, 99)), ms(percentile(res.txs, 99)), float64(res.claims)/float64(res.events))
 			results = append(results, res)
 		}
 	}
@@ -88,14 +102,21 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	receipts := filepath.Join(dir, "receipts")
+	if path.none {
+		ids, _, txs, achieved, err := b.produce(ctx, path, rate)
+		if err != nil {
+			return latencyResult{}, err
+		}
+		return latencyResult{path: path, rate: rate, events: len(ids), achieved: achieved, txs: txs}, nil
+	}
 	c, err := startChild(ctx, childConfig{
-		DSN: b.o.dsn, DB: b.o.database, Instances: 1, Sink: sinkRecord, Receipts: receipts,
+		DSN: b.o.dsn, DB: b.o.database, Instances: 1, Sink: sinkRecord, Receipts: receipts, FollowLoop: path.loop,
 		Relay: relay.Config{Wakeup: path.wakeup, PollInterval: path.poll},
 	})
 	if err != nil {
 		return latencyResult{}, err
 	}
-	ids, commits, achieved, err := b.produce(ctx, path, rate)
+	ids, commits, txs, achieved, err := b.produce(ctx, path, rate)
 	if err == nil {
 		err = b.waitPublished(ctx, len(ids))
 	}
@@ -106,7 +127,8 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 		c.kill()
 		return latencyResult{}, err
 	}
-	if _, err := c.result(); err != nil {
+	cr, err := c.result()
+	if err != nil {
 		return latencyResult{}, err
 	}
 	got, err := readReceipts(receipts)
@@ -117,26 +139,29 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 	if err != nil {
 		return latencyResult{}, err
 	}
-	return latencyResult{path: path, rate: rate, events: len(ids), achieved: achieved, lat: lat}, nil
+	return latencyResult{path: path, rate: rate, events: len(ids), achieved: achieved, lat: lat, txs: txs, claims: cr.Stats.Claims + cr.Statements}, nil
 }
 
 // produce commits one event per transaction at rate events/s for the configured
 // duration (an open schedule: event i is due at start + i/rate) and returns each
-// event's id and the wall-clock time COMMIT returned, recorded by the first
-// after-commit hook of WithTx.
-func (b *bench) produce(ctx context.Context, path wakePath, rate int) ([]uuid.UUID, []int64, float64, error) {
-	var hooks []outbox.AfterCommitFunc
+// event's id, the wall-clock time stamped just before its COMMIT was sent (latency is
+// measured from there, as a peer harness does: the event exists for the relay only
+// after the commit, which the relay must not be credited for), and each transaction's
+// duration from BEGIN to the end of COMMIT, sorted.
+func (b *bench) produce(ctx context.Context, path wakePath, rate int) ([]uuid.UUID, []int64, []time.Duration, float64, error) {
+	afterCommit := func(context.Context) {}
 	if path.notifier {
 		n, err := outbox.NewNotifier(b.pool, nil)
 		if err != nil {
-			return nil, nil, 0, fmt.Errorf("new notifier: %w", err)
+			return nil, nil, nil, 0, fmt.Errorf("new notifier: %w", err)
 		}
 		defer n.Close()
-		hooks = append(hooks, n.AfterCommit)
+		afterCommit = n.AfterCommit
 	}
 	total := int(float64(rate) * b.o.latencyDuration.Seconds())
 	ids := make([]uuid.UUID, total)
 	commits := make([]int64, total)
+	txs := make([]time.Duration, total)
 	for i := range ids {
 		ids[i] = outbox.NewID()
 	}
@@ -166,21 +191,34 @@ func (b *bench) produce(ctx context.Context, path wakePath, rate int) ([]uuid.UU
 			for i := range due {
 				e := benchdb.Event(1 + rng.IntN(benchdb.Accounts))
 				e.ID = ids[i]
-				record := func(context.Context) { commits[i] = time.Now().UnixNano() }
-				err := outbox.WithTx(gctx, b.pool, func(tx pgx.Tx) error {
-					return outbox.Enqueue(gctx, outbox.PgxTx(tx), e)
-				}, append([]outbox.AfterCommitFunc{record}, hooks...)...)
+				began := time.Now()
+				tx, err := b.pool.Begin(gctx)
 				if err != nil {
 					return fmt.Errorf("produce event %d: %w", i, err)
 				}
+				if _, err := tx.Exec(gctx, benchdb.UpdateSQL, 1+rng.IntN(benchdb.Accounts)); err != nil { // the business row
+					_ = tx.Rollback(gctx)
+					return fmt.Errorf("produce event %d: %w", i, err)
+				}
+				if err := outbox.Enqueue(gctx, outbox.PgxTx(tx), e); err != nil {
+					_ = tx.Rollback(gctx)
+					return fmt.Errorf("produce event %d: %w", i, err)
+				}
+				commits[i] = time.Now().UnixNano()
+				if err := tx.Commit(gctx); err != nil {
+					return fmt.Errorf("produce event %d: %w", i, err)
+				}
+				txs[i] = time.Since(began)
+				afterCommit(gctx)
 			}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
-	return ids, commits, float64(total) / time.Since(start).Seconds(), nil
+	slices.Sort(txs)
+	return ids, commits, txs, float64(total) / time.Since(start).Seconds(), nil
 }
 
 // waitPublished waits until n events are published.
@@ -263,20 +301,44 @@ func (b *bench) latencyReport(results []latencyResult) partReport {
 	var md strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&md, format, args...) }
 	p("### Commit → publish latency\n\n")
-	p("A producer process commits one event per transaction (`outbox.WithTx` + `Enqueue`, %d workers on an open schedule) at a steady rate for %s; ", producerWorkers, b.o.latencyDuration)
-	p("one relay (default settings: ordered, BatchSize 100, MaxPerAggregate 10) runs in a child process with a sink that records when each message arrives. ")
-	p("Latency = the sink's receipt time − the time COMMIT returned (recorded by WithTx's first after-commit hook), both `time.Now()` wall clock on one machine, joined by event id. ")
-	p("Paths: the default (the producer passes `outbox.Notifier.AfterCommit`, the relay LISTENs), the opt-in trigger (`relay.InstallNotifyTrigger`, relay LISTENs), ")
-	p("and polling only (`Wakeup: WakeupPoll`) at PollInterval 10ms (the plain-polling reference) and at the relay's default PollInterval (500ms). Milliseconds:\n\n")
-	p("| rate (events/s) | path | events | achieved rate | p50 | p95 | p99 | max |\n|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	p("A producer process commits one event per business transaction (`UPDATE accounts …` + `outbox.Enqueue`, %d workers on an open schedule) at a steady rate for %s; ", producerWorkers, b.o.latencyDuration)
+	p("one relay (default settings: ordered, BatchSize 100, MaxPerAggregate 10, Concurrency 2) runs in a child process with a sink that records when each message arrives. ")
+	p("Latency = the sink's receipt time − the time stamped just before the producer sent COMMIT, both `time.Now()` wall clock on one machine, joined by event id (the commit's own time counts against the relay, as a peer harness measures it). ")
+	p("Paths: the producer alone (no relay: its own transaction times), the plain-SQL follow loop (`UPDATE … SET published_at = now() WHERE seq IN (SELECT … ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING id` every 10 ms, again at once while a poll fills a statement: the reference), ")
+	p("the default (the producer calls `outbox.Notifier.AfterCommit` after each commit, the relay LISTENs), the opt-in trigger (`relay.InstallNotifyTrigger`, relay LISTENs), ")
+	p("and polling only (`Wakeup: WakeupPoll`) at PollInterval 10ms and at the relay's default PollInterval (500ms). Claims per event: the relay's claim transactions (`Stats.Claims`, empty ones too) or the loop's statements, per event. Milliseconds:\n\n")
+	p("| rate (events/s) | path | events | achieved rate | p50 | p95 | p99 | max | claims/event | producer tx p99 |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var targets []string
+	alone, loop := map[int]latencyResult{}, map[int]latencyResult{}
 	for _, r := range results {
+		switch {
+		case r.path.none:
+			alone[r.rate] = r
+		case r.path.loop > 0:
+			loop[r.rate] = r
+		}
+	}
+	for _, r := range results {
+		if r.path.none {
+			p("| %d | %s | %d | %.0f | | | | | | %.2f |\n", r.rate, r.path.name, r.events, r.achieved, ms(percentile(r.txs, 99)))
+			continue
+		}
 		p99 := percentile(r.lat, 99)
-		p("| %d | %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f |\n", r.rate, r.path.name, r.events, r.achieved,
-			ms(percentile(r.lat, 50)), ms(percentile(r.lat, 95)), ms(p99), ms(r.lat[len(r.lat)-1]))
+		p("| %d | %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", r.rate, r.path.name, r.events, r.achieved,
+			ms(percentile(r.lat, 50)), ms(percentile(r.lat, 95)), ms(p99), ms(r.lat[len(r.lat)-1]), float64(r.claims)/float64(r.events), ms(percentile(r.txs, 99)))
 		if r.path.notifier && r.rate == targetLatencyRate {
 			targets = append(targets, fmt.Sprintf("Latency, default path at %d events/s, p99 ≤ %s: %s — p99 %.2f ms.",
 				r.rate, targetLatencyP99, benchreport.Met(p99 <= targetLatencyP99), ms(p99)))
+			if l, ok := loop[r.rate]; ok {
+				ratio := float64(p99) / float64(percentile(l.lat, 99))
+				targets = append(targets, fmt.Sprintf("Latency, default path at %d events/s, p99 ≤ %.1f × the plain-SQL 10 ms follow loop's (same run): %s — %.2f × (%.2f ms against %.2f ms).",
+					r.rate, targetVsLoop, benchreport.Met(ratio <= targetVsLoop), ratio, ms(p99), ms(percentile(l.lat, 99))))
+			}
+			if a, ok := alone[r.rate]; ok {
+				ratio := float64(percentile(r.txs, 99)) / float64(percentile(a.txs, 99))
+				targets = append(targets, fmt.Sprintf("Producer, default path at %d events/s, tx p99 ≤ %.1f × the producer alone's (same run): %s — %.2f × (%.2f ms against %.2f ms).",
+					r.rate, targetProducerTx, benchreport.Met(ratio <= targetProducerTx), ratio, ms(percentile(r.txs, 99)), ms(percentile(a.txs, 99))))
+			}
 		}
 	}
 	return partReport{md: md.String(), targets: targets}

@@ -144,6 +144,15 @@ func (s *recordSink) Publish(_ context.Context, msgs []outbox.Message) []error {
 	return make([]error, len(msgs))
 }
 
+// received records ids as arrived at unix-ns at.
+func (s *recordSink) received(ids []uuid.UUID, at int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		s.receipts = append(s.receipts, receipt{id, at})
+	}
+}
+
 // writeTo writes one "id unix-ns" line per receipt to the file at path.
 func (s *recordSink) writeTo(path string) error {
 	f, err := os.Create(path) //nolint:gosec // a temporary file the parent named
