@@ -107,9 +107,17 @@ func TestHeadersRefused(t *testing.T) {
 		b    sinkformat.Binding
 		name string
 	}{
-		{sinkformat.NATS, "Nats-Msg-Id"}, {sinkformat.NATS, "nats-expected-stream"}, {sinkformat.AMQP, "CC"}, {sinkformat.AMQP, "BCC"},
-		{sinkformat.HTTP, "Host"}, {sinkformat.HTTP, "Content-Length"}, {sinkformat.HTTP, "Transfer-Encoding"}, {sinkformat.HTTP, "webhook-signature"},
-		{sinkformat.Redis, "payload"}, {sinkformat.SQS, "AWS.TraceHeader"}, {sinkformat.SQS, "amazon.x"},
+		{sinkformat.NATS, "Nats-Msg-Id"},
+		{sinkformat.NATS, "nats-expected-stream"},
+		{sinkformat.AMQP, "CC"},
+		{sinkformat.AMQP, "BCC"},
+		{sinkformat.HTTP, "Host"},
+		{sinkformat.HTTP, "Content-Length"},
+		{sinkformat.HTTP, "Transfer-Encoding"},
+		{sinkformat.HTTP, "webhook-signature"},
+		{sinkformat.Redis, "payload"},
+		{sinkformat.SQS, "AWS.TraceHeader"},
+		{sinkformat.SQS, "amazon.x"},
 	} {
 		e, err := sinkformat.NewEncoder(c.b, sinkformat.Outbox, "")
 		if err != nil {
