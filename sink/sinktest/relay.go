@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/relay"
 )
@@ -235,5 +238,20 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		<-tick.C
+	}
+}
+
+// PoolRelayHarness returns a RelayHarness over pool (a migrated database of the
+// test's own) for sink: events enqueued in one transaction each call, relays built
+// with relay.New, read and setDown as [RelayHarness.Read] and [RelayHarness.SetDown].
+func PoolRelayHarness(pool *pgxpool.Pool, sink outbox.Sink, read func(ctx context.Context) ([]outbox.Message, error), setDown func(bool)) RelayHarness {
+	return RelayHarness{
+		Enqueue: func(ctx context.Context, events []outbox.Event) error {
+			return outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), events...) })
+		},
+		QueryRow: func(ctx context.Context, sql string, dest ...any) error { return pool.QueryRow(ctx, sql).Scan(dest...) },
+		NewRelay: func(cfg *relay.Config) (*relay.Relay, error) { return relay.New(pool, sink, cfg) },
+		Read:     read,
+		SetDown:  setDown,
 	}
 }
