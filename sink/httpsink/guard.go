@@ -83,11 +83,13 @@ func blockedRange(a netip.Addr, allow []netip.Prefix) string {
 type guard struct {
 	allow   []netip.Prefix
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
-	dialer  net.Dialer
+	// connect opens a connection to an address the guard permitted.
+	connect func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 func newGuard(allow []netip.Prefix, resolve func(context.Context, string) ([]netip.Addr, error), timeout time.Duration) *guard {
-	return &guard{allow: allow, resolve: resolve, dialer: net.Dialer{Timeout: timeout}}
+	dialer := &net.Dialer{Timeout: timeout}
+	return &guard{allow: allow, resolve: resolve, connect: dialer.DialContext}
 }
 
 // dial is the transport's DialContext.
@@ -111,7 +113,7 @@ func (g *guard) dial(ctx context.Context, network, address string) (net.Conn, er
 			blocked.Refused = append(blocked.Refused, fmt.Sprintf("%s (%s)", a.Unmap(), why))
 			continue
 		}
-		conn, err := g.dialer.DialContext(ctx, network, netip.AddrPortFrom(a.Unmap(), uint16(port)).String())
+		conn, err := g.connect(ctx, network, netip.AddrPortFrom(a.Unmap(), uint16(port)).String())
 		if err == nil {
 			return conn, nil
 		}

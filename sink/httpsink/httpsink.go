@@ -121,6 +121,7 @@ type Sink struct {
 	router    *sinkformat.Router
 	encoder   *sinkformat.Encoder
 	keys      [][]byte
+	guard     *guard
 	transport *http.Transport
 	client    *http.Client
 
@@ -154,10 +155,10 @@ func New(cfg *Config) (*Sink, error) {
 		tlsConfig = c.TLS.Clone()
 		tlsConfig.MinVersion = max(tlsConfig.MinVersion, tls.VersionTLS12)
 	}
-	g := newGuard(c.AllowPrivate, c.Resolve, c.ConnectTimeout)
+	s.guard = newGuard(c.AllowPrivate, c.Resolve, c.ConnectTimeout)
 	s.transport = &http.Transport{
 		Proxy:                  nil, // a proxy would connect for us, past the guard
-		DialContext:            g.dial,
+		DialContext:            s.guard.dial,
 		TLSClientConfig:        tlsConfig,
 		TLSHandshakeTimeout:    c.ConnectTimeout,
 		ResponseHeaderTimeout:  c.RequestTimeout,
