@@ -406,14 +406,11 @@ func (s *Sink) request(m *outbox.Message) (*url.URL, http.Header, error) {
 		return nil, nil, err
 	}
 	header := make(http.Header, len(hs)+4)
-	seen := make(map[string]bool, len(hs))
 	for _, h := range hs {
-		lower := strings.ToLower(h.Name)
-		if seen[lower] {
-			return nil, nil, fmt.Errorf("%w: headers %q differ only in case, which HTTP does not tell apart", sinkformat.ErrHeader, h.Name)
+		if strings.ToLower(h.Name) != h.Name {
+			return nil, nil, fmt.Errorf("%w: name %q is not lower case: HTTP names are case-insensitive, and a receiver reads them back as written only when they are lower case", sinkformat.ErrHeader, h.Name)
 		}
-		seen[lower] = true
-		header[h.Name] = []string{h.Value} // as written: HTTP names are case-insensitive
+		header[h.Name] = []string{h.Value}
 	}
 	header.Set("User-Agent", s.cfg.UserAgent)
 	return dest, header, nil
@@ -471,7 +468,8 @@ func isTLSError(err error) bool {
 	var record tls.RecordHeaderError
 	var alert tls.AlertError
 	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &record) || errors.As(err, &alert)
+		errors.As(err, &invalid) || errors.As(err, &record) || errors.As(err, &alert) ||
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") // net/http's own, for a RecordHeaderError
 }
 
 // statusError classifies a response by its status.
