@@ -156,6 +156,13 @@ type Features struct {
 	// which must fail with an error marked [outbox.Permanent]. Default 0: the broker
 	// takes payloads of [LargePayloadBytes], and the PayloadTooLarge check is skipped.
 	MaxPayloadBytes int
+
+	// LargestPayloadBytes, when MaxPayloadBytes is 0, is the size of the largest
+	// payload the Payloads check sends: for a broker whose limit counts the message as
+	// encoded (a binary payload in base64, with its attributes), so that no payload
+	// size is exactly the limit and PayloadTooLarge cannot run; test the limit in the
+	// sink's own tests. Default 0: [LargePayloadBytes].
+	LargestPayloadBytes int
 }
 
 // Run runs the conformance suite against the sinks newSink builds: one parallel
