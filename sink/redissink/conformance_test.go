@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/sink/redissink"
 	"github.com/outboxkit/outbox/sink/sinkformat"
@@ -53,6 +55,19 @@ func harness(dedup bool) func(t *testing.T) sinktest.Harness {
 	}
 }
 
+// ordersSink returns a sink with cfg adding to the stream "orders" under a prefix of
+// t's own, and that prefix.
+func ordersSink(t *testing.T, admin *redis.Client, cfg redissink.Config) (string, *redissink.Sink) {
+	t.Helper()
+	prefix := newPrefix(t, admin)
+	cfg.Stream = prefix + "orders"
+	sink, err := redissink.New(admin, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prefix, sink
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	sinktest.Run(t, harness(false), sinktest.Features{})
@@ -90,11 +105,7 @@ func TestDedupStoresARepublishOnce(t *testing.T) {
 	t.Parallel()
 	admin := connect(t, machineAddr)
 	for _, dedup := range []bool{false, true} {
-		prefix := newPrefix(t, admin)
-		sink, err := redissink.New(admin, &redissink.Config{Stream: prefix + "orders", Dedup: dedup})
-		if err != nil {
-			t.Fatal(err)
-		}
+		prefix, sink := ordersSink(t, admin, redissink.Config{Dedup: dedup})
 		m := message("o-1")
 		for attempt := 1; attempt <= 3; attempt++ {
 			m.Attempt = attempt
@@ -117,11 +128,7 @@ func TestDedupStoresARepublishOnce(t *testing.T) {
 func TestDedupFailedAddLeavesNoMark(t *testing.T) {
 	t.Parallel()
 	admin := connect(t, machineAddr)
-	prefix := newPrefix(t, admin)
-	sink, err := redissink.New(admin, &redissink.Config{Stream: prefix + "orders", Dedup: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	prefix, sink := ordersSink(t, admin, redissink.Config{Dedup: true})
 	if err := admin.Set(t.Context(), prefix+"orders", "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,11 +150,7 @@ func TestDedupFailedAddLeavesNoMark(t *testing.T) {
 func TestDedupScriptReloaded(t *testing.T) {
 	t.Parallel()
 	admin := connect(t, machineAddr)
-	prefix := newPrefix(t, admin)
-	sink, err := redissink.New(admin, &redissink.Config{Stream: prefix + "orders", Dedup: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	prefix, sink := ordersSink(t, admin, redissink.Config{Dedup: true})
 	for i := range 2 {
 		if err := admin.ScriptFlush(t.Context()).Err(); err != nil {
 			t.Fatal(err)
@@ -166,11 +169,7 @@ func TestMaxLenTrims(t *testing.T) {
 	t.Parallel()
 	admin := connect(t, machineAddr)
 	for _, dedup := range []bool{false, true} {
-		prefix := newPrefix(t, admin)
-		sink, err := redissink.New(admin, &redissink.Config{Stream: prefix + "orders", MaxLen: 10, Dedup: dedup})
-		if err != nil {
-			t.Fatal(err)
-		}
+		prefix, sink := ordersSink(t, admin, redissink.Config{MaxLen: 10, Dedup: dedup})
 		var msgs []outbox.Message
 		for i := range 1000 {
 			msgs = append(msgs, message(string(rune('a'+i%26))))
@@ -191,11 +190,7 @@ func TestMaxLenTrims(t *testing.T) {
 func TestCloudEventsEntryHasID(t *testing.T) {
 	t.Parallel()
 	admin := connect(t, machineAddr)
-	prefix := newPrefix(t, admin)
-	sink, err := redissink.New(admin, &redissink.Config{Stream: prefix + "orders", Format: sinkformat.CloudEvents})
-	if err != nil {
-		t.Fatal(err)
-	}
+	prefix, sink := ordersSink(t, admin, redissink.Config{Format: sinkformat.CloudEvents})
 	m := message("o-1")
 	if err := sink.Publish(t.Context(), []outbox.Message{m})[0]; err != nil {
 		t.Fatal(err)

@@ -70,7 +70,10 @@
 // order, an outage that the breaker holds without counting attempts, a refused event
 // that goes dead with its reason while the others flow. [CheckDelivered] compares
 // what an independent consumer read with what was written; [Reroute] and [Refusals]
-// help a harness isolate its subtests and make a real broker refuse a message.
+// help a harness isolate its subtests and make a real broker refuse a message;
+// [PoolRelayHarness] builds a RelayHarness over a pgx pool, [ProxySetDown] a SetDown
+// over a proxy, and [RelayHarness.Start] and [RelayHarness.WaitPublished] serve a sink's
+// own end-to-end scenarios.
 //
 // A check skipped for lack of a harness feature says which one in its skip message.
 // The suite's own tests run every check against a sink broken in the way above and

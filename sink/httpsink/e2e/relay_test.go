@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -70,26 +69,8 @@ func TestRelayHonoursRetryAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := sinktest.RelayConfig()
-	r, err := h.NewRelay(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("relay: %v", err)
-		}
-	})
-	sinktest.WaitFor(t, 30*time.Second, "the event to be published", func() bool {
-		var n int
-		if err := h.QueryRow(t.Context(), `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`, &n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 1
-	})
+	h.Start(t, cfg)
+	h.WaitPublished(t, 1)
 	all := e.requests(true)
 	if len(all) != 2 {
 		t.Fatalf("%d requests, want 2", len(all))
