@@ -22,6 +22,7 @@ type BlockedError struct {
 	Refused []string
 }
 
+// Error names the host and each refused address with its range.
 func (e *BlockedError) Error() string {
 	return fmt.Sprintf("refused to connect to %s: %s; allow a range with Config.AllowPrivate if this is meant", e.Host, strings.Join(e.Refused, ", "))
 }
