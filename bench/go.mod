@@ -5,6 +5,9 @@ go 1.26.0
 replace github.com/outboxkit/outbox => ../
 
 require (
+	github.com/Admiral-Piett/goaws v0.5.4
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
@@ -12,21 +15,34 @@ require (
 	github.com/outboxkit/outbox/sink/amqpsink v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/sink/kafkasink v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/sink/natssink v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/sink/redissink v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/sink/sqssink v0.0.0-00010101000000-000000000000
 	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sirupsen/logrus v1.9.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	golang.org/x/sync v0.24.0
 )
 
 require (
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/gorilla/mux v1.8.1 // indirect
+	github.com/gorilla/schema v1.4.1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/mitchellh/copystructure v1.2.0 // indirect
+	github.com/mitchellh/reflectwalk v1.0.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
@@ -36,4 +52,6 @@ replace (
 	github.com/outboxkit/outbox/sink/amqpsink => ../sink/amqpsink
 	github.com/outboxkit/outbox/sink/kafkasink => ../sink/kafkasink
 	github.com/outboxkit/outbox/sink/natssink => ../sink/natssink
+	github.com/outboxkit/outbox/sink/redissink => ../sink/redissink
+	github.com/outboxkit/outbox/sink/sqssink => ../sink/sqssink
 )

@@ -16,20 +16,34 @@ type Plan struct {
 	wave    int
 }
 
-// NewPlan plans the publication of msgs.
-func NewPlan(msgs []outbox.Message) *Plan {
-	p := &Plan{errs: make([]error, len(msgs)), queueOf: make([]int, len(msgs)), posOf: make([]int, len(msgs))}
+// Aggregates groups msgs by aggregate: the indexes (into msgs) of each aggregate's
+// messages in the order of msgs, one group per aggregate in the order of first
+// appearance — for a sink that sends each aggregate's messages one after another and
+// the aggregates at once.
+func Aggregates(msgs []outbox.Message) [][]int {
+	var groups [][]int
 	index := make(map[[2]string]int)
 	for i := range msgs {
 		k := [2]string{msgs[i].AggregateType, msgs[i].AggregateID}
-		q, ok := index[k]
+		g, ok := index[k]
 		if !ok {
-			q = len(p.queues)
-			index[k] = q
-			p.queues = append(p.queues, nil)
+			g = len(groups)
+			index[k] = g
+			groups = append(groups, nil)
 		}
-		p.queueOf[i], p.posOf[i] = q, len(p.queues[q])
-		p.queues[q] = append(p.queues[q], i)
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// NewPlan plans the publication of msgs.
+func NewPlan(msgs []outbox.Message) *Plan {
+	p := &Plan{errs: make([]error, len(msgs)), queueOf: make([]int, len(msgs)), posOf: make([]int, len(msgs))}
+	p.queues = Aggregates(msgs)
+	for q, queue := range p.queues {
+		for pos, i := range queue {
+			p.queueOf[i], p.posOf[i] = q, pos
+		}
 	}
 	p.stop = make([]int, len(p.queues))
 	for q := range p.queues {

@@ -80,3 +80,16 @@ func TestPlanFailRest(t *testing.T) {
 		t.Fatalf("errors %v", errs)
 	}
 }
+
+func TestAggregates(t *testing.T) {
+	t.Parallel()
+	msgs := agg("a", "b", "a", "c", "a", "b")
+	msgs[3].AggregateType = "invoice" // same id, another type: another aggregate
+	msgs = append(msgs, outbox.Message{AggregateType: "invoice", AggregateID: "a"})
+	if got, want := sinkformat.Aggregates(msgs), [][]int{{0, 2, 4}, {1, 5}, {3}, {6}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Aggregates = %v, want %v", got, want)
+	}
+	if got := sinkformat.Aggregates(nil); got != nil {
+		t.Fatalf("Aggregates(nil) = %v", got)
+	}
+}

@@ -116,22 +116,35 @@ func readsTypesOnly(n parse.Node) bool {
 
 // Route returns m's destination. Its error wraps [ErrDestination].
 func (r *Router) Route(m *outbox.Message) (string, error) {
-	dest := m.Topic
-	if dest == "" {
-		if r.byType != nil {
-			if d, ok := r.byType.Load(typeKey{m.AggregateType, m.EventType}); ok {
-				return d.(string), nil
-			}
-		}
-		var b strings.Builder
-		if err := r.tmpl.Execute(&b, m); err != nil {
-			return "", fmt.Errorf("%w: routing template: %w", ErrDestination, err)
-		}
-		dest = b.String()
-		if r.byType != nil && dest != "" && r.check(dest) == nil && r.cached.Add(1) <= maxCached {
-			r.byType.Store(typeKey{m.AggregateType, m.EventType}, dest)
+	if m.Topic == "" {
+		return r.Execute(m)
+	}
+	return r.checked(m.Topic)
+}
+
+// Execute returns the template's destination for m, whatever its Topic (which the
+// template can read as {{.Topic}}), checked by the broker's rule: for a sink whose
+// destinations a Topic cannot name, such as a webhook's URL. Its error wraps
+// [ErrDestination].
+func (r *Router) Execute(m *outbox.Message) (string, error) {
+	if r.byType != nil {
+		if d, ok := r.byType.Load(typeKey{m.AggregateType, m.EventType}); ok {
+			return d.(string), nil
 		}
 	}
+	var b strings.Builder
+	if err := r.tmpl.Execute(&b, m); err != nil {
+		return "", fmt.Errorf("%w: routing template: %w", ErrDestination, err)
+	}
+	dest := b.String()
+	if r.byType != nil && dest != "" && r.check(dest) == nil && r.cached.Add(1) <= maxCached {
+		r.byType.Store(typeKey{m.AggregateType, m.EventType}, dest)
+	}
+	return r.checked(dest)
+}
+
+// checked checks dest by the broker's rule.
+func (r *Router) checked(dest string) (string, error) {
 	if dest == "" {
 		return "", fmt.Errorf("%w: empty destination", ErrDestination)
 	}
@@ -181,6 +194,39 @@ func AMQPRoutingKey(name string) error {
 		return fmt.Errorf("an amqp routing key is at most 255 bytes, this one %d", len(name))
 	}
 	return checkValue(name)
+}
+
+// RedisKey checks a Redis stream key: 1 to 1,024 bytes of valid text without control
+// characters. Redis itself takes any bytes; the rule keeps keys readable in logs and
+// in last_error, and short enough to hash quickly.
+func RedisKey(name string) error {
+	if len(name) == 0 || len(name) > 1024 {
+		return fmt.Errorf("a redis key is 1 to 1024 bytes here, this one %d", len(name))
+	}
+	return checkValue(name)
+}
+
+// SQSQueue checks an Amazon SQS queue name, or a queue URL (one starting with
+// "https://" or "http://"): a name is 1 to 80 bytes of [a-zA-Z0-9_-], with ".fifo" at
+// its end (within the 80) for a FIFO queue; a URL is valid text without control
+// characters or spaces, its last path segment such a name.
+func SQSQueue(name string) error {
+	if strings.HasPrefix(name, "https://") || strings.HasPrefix(name, "http://") {
+		if err := checkValue(name); err != nil || strings.ContainsAny(name, " \t") {
+			return fmt.Errorf("an sqs queue url holds no spaces or control characters: %q", name)
+		}
+		name = name[strings.LastIndexByte(name, '/')+1:]
+	}
+	base := strings.TrimSuffix(name, ".fifo")
+	if len(base) == 0 || len(name) > 80 {
+		return fmt.Errorf("an sqs queue name is 1 to 80 bytes, this one %d", len(name))
+	}
+	for i := range len(base) {
+		if c := base[i]; !isAlnum(c) && c != '_' && c != '-' {
+			return fmt.Errorf("an sqs queue name holds only [a-zA-Z0-9_-] (and a .fifo suffix), this one byte 0x%02x at offset %d", c, i)
+		}
+	}
+	return nil
 }
 
 // Escape turns s into one name token valid for every broker (a Kafka topic part, a

@@ -165,3 +165,59 @@ func TestRouterCacheByType(t *testing.T) {
 		}
 	}
 }
+
+// Execute routes by the template even when the message has a Topic, which the
+// template can read.
+func TestRouterExecuteIgnoresTopic(t *testing.T) {
+	t.Parallel()
+	r, err := sinkformat.NewRouter(`https://hooks.example.com/{{or .Topic "default"}}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]string{"": "https://hooks.example.com/default", "billing": "https://hooks.example.com/billing"} {
+		if got, err := r.Execute(&outbox.Message{Topic: topic}); got != want || err != nil {
+			t.Errorf("Topic %q: %q, %v; want %q", topic, got, err, want)
+		}
+	}
+	strict, err := sinkformat.NewRouter("{{.AggregateType}}", sinkformat.SQSQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := strict.Execute(&outbox.Message{AggregateType: "a b", Topic: "ok"}); !errors.Is(err, sinkformat.ErrDestination) {
+		t.Errorf("Execute checks the template's destination: %q, %v", got, err)
+	}
+}
+
+func TestRedisKey(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"outbox.event.order", "a", "tenant:1/orders {x}", "ø", strings.Repeat("x", 1024)} {
+		if err := sinkformat.RedisKey(ok); err != nil {
+			t.Errorf("RedisKey(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", strings.Repeat("x", 1025), "a\nb", "a\x00", "\xff"} {
+		if err := sinkformat.RedisKey(bad); err == nil {
+			t.Errorf("RedisKey(%q) accepted it", bad)
+		}
+	}
+}
+
+func TestSQSQueue(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{
+		"orders", "orders-1_x", "orders.fifo", strings.Repeat("q", 80), strings.Repeat("q", 75) + ".fifo",
+		"https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo", "http://127.0.0.1:4100/100010001000/orders",
+	} {
+		if err := sinkformat.SQSQueue(ok); err != nil {
+			t.Errorf("SQSQueue(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{
+		"", ".fifo", "billing.invoices", "a b", strings.Repeat("q", 81), strings.Repeat("q", 76) + ".fifo",
+		"https://sqs.example.com/1/", "https://sqs.example.com/1/a b", "https://sqs.example.com/1/ok\n",
+	} {
+		if err := sinkformat.SQSQueue(bad); err == nil {
+			t.Errorf("SQSQueue(%q) accepted it", bad)
+		}
+	}
+}

@@ -92,6 +92,28 @@ var (
 	AMQP  = Binding{Name: "amqp", CEPrefix: "cloudEvents:", Reserved: []string{"cc", "bcc"}}
 )
 
+// HTTP is the binding of the CloudEvents HTTP protocol binding, for webhooks: HTTP
+// itself interprets the framing, connection and proxy headers, and webhook signing
+// owns the "webhook-" headers.
+var HTTP = Binding{
+	Name: "http", CEPrefix: "ce-",
+	Reserved: []string{
+		"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
+		"upgrade", "expect", "proxy-connection", "proxy-authorization", "proxy-authenticate",
+	},
+	ReservedPrefixes: []string{"webhook-"},
+}
+
+// Redis is the binding of Redis Streams, which have no CloudEvents binding: the
+// attributes are entry fields with the "ce_" prefix (as on Kafka), and the field
+// "payload" holds the payload.
+var Redis = Binding{Name: "redis", CEPrefix: "ce_", Reserved: []string{"payload"}}
+
+// SQS is the binding of Amazon SQS message attributes, which have no CloudEvents
+// binding: the attributes use the "ce-" prefix (as on HTTP), and names starting with
+// "AWS." or "Amazon." are SQS's own.
+var SQS = Binding{Name: "sqs", CEPrefix: "ce-", ReservedPrefixes: []string{"aws.", "amazon."}}
+
 // Header is one message header.
 type Header struct {
 	Name, Value string

@@ -27,7 +27,7 @@ func message() outbox.Message {
 // Every attribute and header survives encoding and decoding, in both formats, on every binding.
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, b := range []sinkformat.Binding{sinkformat.Kafka, sinkformat.NATS, sinkformat.AMQP} {
+	for _, b := range []sinkformat.Binding{sinkformat.Kafka, sinkformat.NATS, sinkformat.AMQP, sinkformat.HTTP, sinkformat.Redis, sinkformat.SQS} {
 		for _, f := range []sinkformat.Format{sinkformat.Outbox, sinkformat.CloudEvents} {
 			for _, version := range []int64{0, 7} {
 				e, err := sinkformat.NewEncoder(b, f, "/orders-service")
@@ -106,7 +106,19 @@ func TestHeadersRefused(t *testing.T) {
 	for _, c := range []struct {
 		b    sinkformat.Binding
 		name string
-	}{{sinkformat.NATS, "Nats-Msg-Id"}, {sinkformat.NATS, "nats-expected-stream"}, {sinkformat.AMQP, "CC"}, {sinkformat.AMQP, "BCC"}} {
+	}{
+		{sinkformat.NATS, "Nats-Msg-Id"},
+		{sinkformat.NATS, "nats-expected-stream"},
+		{sinkformat.AMQP, "CC"},
+		{sinkformat.AMQP, "BCC"},
+		{sinkformat.HTTP, "Host"},
+		{sinkformat.HTTP, "Content-Length"},
+		{sinkformat.HTTP, "Transfer-Encoding"},
+		{sinkformat.HTTP, "webhook-signature"},
+		{sinkformat.Redis, "payload"},
+		{sinkformat.SQS, "AWS.TraceHeader"},
+		{sinkformat.SQS, "amazon.x"},
+	} {
 		e, err := sinkformat.NewEncoder(c.b, sinkformat.Outbox, "")
 		if err != nil {
 			t.Fatal(err)

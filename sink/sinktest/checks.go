@@ -118,8 +118,11 @@ func testPayloads(s *suite) {
 		everyByte[i] = byte(i)
 	}
 	size := LargePayloadBytes
-	if s.f.MaxPayloadBytes > 0 {
+	switch {
+	case s.f.MaxPayloadBytes > 0:
 		size = min(size, s.f.MaxPayloadBytes)
+	case s.f.LargestPayloadBytes > 0:
+		size = min(size, s.f.LargestPayloadBytes)
 	}
 	const binary = "application/octet-stream"
 	var g gen

@@ -103,3 +103,25 @@ func CheckDelivered(t testing.TB, want, got []outbox.Message, exactlyOnce bool) 
 		t.Error(p)
 	}
 }
+
+// Stoppable is a proxy between a sink and its broker that a test can stop (dropping
+// the connections it holds) and start again on the same address, such as a
+// toxiproxy Proxy.
+type Stoppable interface {
+	Start() error
+	Stop()
+}
+
+// ProxySetDown returns a [Harness.SetDown] (and [RelayHarness.SetDown]) that stops p
+// when the broker is to be down and starts it again when it is to be up.
+func ProxySetDown(t testing.TB, p Stoppable) func(down bool) {
+	return func(down bool) {
+		if down {
+			p.Stop()
+			return
+		}
+		if err := p.Start(); err != nil {
+			t.Errorf("restart the proxy: %v", err)
+		}
+	}
+}

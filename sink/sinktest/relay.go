@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/relay"
 )
@@ -63,8 +66,8 @@ const relayWait = time.Minute
 func RelayDelivers(t *testing.T, h RelayHarness) []outbox.Message {
 	t.Helper()
 	want := h.write(t, "e2e", 50, 20, nil)
-	h.start(t)
-	h.waitPublished(t, len(want))
+	h.Start(t, RelayConfig())
+	h.WaitPublished(t, len(want))
 	CheckDelivered(t, want, h.read(t), true)
 	return want
 }
@@ -77,8 +80,8 @@ func RelayDelivers(t *testing.T, h RelayHarness) []outbox.Message {
 func RelayOutage(t *testing.T, h RelayHarness) {
 	t.Helper()
 	want := h.write(t, "before", 10, 10, nil)
-	r := h.start(t)
-	h.waitPublished(t, len(want))
+	r := h.Start(t, RelayConfig())
+	h.WaitPublished(t, len(want))
 
 	h.SetDown(true)
 	more := h.write(t, "during", 20, 10, nil)
@@ -99,7 +102,7 @@ func RelayOutage(t *testing.T, h RelayHarness) {
 
 	h.SetDown(false)
 	want = append(want, more...)
-	h.waitPublished(t, len(want))
+	h.WaitPublished(t, len(want))
 	CheckDelivered(t, want, h.read(t), false)
 }
 
@@ -115,8 +118,8 @@ func RelayRejects(t *testing.T, h RelayHarness, poison func(*outbox.Event), reas
 			poison(e)
 		}
 	})
-	h.start(t)
-	h.waitPublished(t, len(want)-4) // the poisoned aggregate's versions 2 to 5 are held
+	h.Start(t, RelayConfig())
+	h.WaitPublished(t, len(want)-4) // the poisoned aggregate's versions 2 to 5 are held
 	WaitFor(t, relayWait, "the refused event to be dead", func() bool {
 		return h.count(t, `SELECT count(*) FROM outbox.events WHERE dead_at IS NOT NULL`) == 1
 	})
@@ -179,10 +182,10 @@ func (h RelayHarness) write(t *testing.T, prefix string, n, perAggregate int, ch
 	return want
 }
 
-// start runs a relay with [RelayConfig] until t ends.
-func (h RelayHarness) start(t *testing.T) *relay.Relay {
+// Start runs a relay with cfg until t ends, for a scenario of a sink's own.
+func (h RelayHarness) Start(t *testing.T, cfg *relay.Config) *relay.Relay {
 	t.Helper()
-	r, err := h.NewRelay(RelayConfig())
+	r, err := h.NewRelay(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +210,8 @@ func (h RelayHarness) count(t *testing.T, sql string) int {
 	return n
 }
 
-func (h RelayHarness) waitPublished(t *testing.T, n int) {
+// WaitPublished waits until n events are published (at most a minute), failing t then.
+func (h RelayHarness) WaitPublished(t *testing.T, n int) {
 	t.Helper()
 	WaitFor(t, relayWait, fmt.Sprintf("%d events published", n), func() bool { return h.count(t, publishedSQL) == n })
 }
@@ -235,5 +239,20 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		<-tick.C
+	}
+}
+
+// PoolRelayHarness returns a RelayHarness over pool (a migrated database of the
+// test's own) for sink: events enqueued in one transaction each call, relays built
+// with relay.New, read and setDown as [RelayHarness.Read] and [RelayHarness.SetDown].
+func PoolRelayHarness(pool *pgxpool.Pool, sink outbox.Sink, read func(ctx context.Context) ([]outbox.Message, error), setDown func(bool)) RelayHarness {
+	return RelayHarness{
+		Enqueue: func(ctx context.Context, events []outbox.Event) error {
+			return outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), events...) })
+		},
+		QueryRow: func(ctx context.Context, sql string, dest ...any) error { return pool.QueryRow(ctx, sql).Scan(dest...) },
+		NewRelay: func(cfg *relay.Config) (*relay.Relay, error) { return relay.New(pool, sink, cfg) },
+		Read:     read,
+		SetDown:  setDown,
 	}
 }

@@ -8,11 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
-	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/memsink"
 	"github.com/outboxkit/outbox/sink/sinktest"
 )
@@ -21,16 +18,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // relayHarness runs relays over a fresh database, publishing through sink to broker.
 func relayHarness(t *testing.T, broker *memsink.Sink, sink outbox.Sink) sinktest.RelayHarness {
-	pool := pgtest.Pool(t)
-	return sinktest.RelayHarness{
-		Enqueue: func(ctx context.Context, events []outbox.Event) error {
-			return outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), events...) })
-		},
-		QueryRow: func(ctx context.Context, sql string, dest ...any) error { return pool.QueryRow(ctx, sql).Scan(dest...) },
-		NewRelay: func(cfg *relay.Config) (*relay.Relay, error) { return relay.New(pool, sink, cfg) },
-		Read:     func(context.Context) ([]outbox.Message, error) { return broker.Messages(), nil },
-		SetDown:  broker.SetDown,
-	}
+	read := func(context.Context) ([]outbox.Message, error) { return broker.Messages(), nil }
+	return sinktest.PoolRelayHarness(pgtest.Pool(t), sink, read, broker.SetDown)
 }
 
 var errNowhere = errors.New("no route to nowhere")

@@ -70,7 +70,10 @@
 // order, an outage that the breaker holds without counting attempts, a refused event
 // that goes dead with its reason while the others flow. [CheckDelivered] compares
 // what an independent consumer read with what was written; [Reroute] and [Refusals]
-// help a harness isolate its subtests and make a real broker refuse a message.
+// help a harness isolate its subtests and make a real broker refuse a message;
+// [PoolRelayHarness] builds a RelayHarness over a pgx pool, [ProxySetDown] a SetDown
+// over a proxy, and [RelayHarness.Start] and [RelayHarness.WaitPublished] serve a sink's
+// own end-to-end scenarios.
 //
 // A check skipped for lack of a harness feature says which one in its skip message.
 // The suite's own tests run every check against a sink broken in the way above and
@@ -156,6 +159,13 @@ type Features struct {
 	// which must fail with an error marked [outbox.Permanent]. Default 0: the broker
 	// takes payloads of [LargePayloadBytes], and the PayloadTooLarge check is skipped.
 	MaxPayloadBytes int
+
+	// LargestPayloadBytes, when MaxPayloadBytes is 0, is the size of the largest
+	// payload the Payloads check sends: for a broker whose limit counts the message as
+	// encoded (a binary payload in base64, with its attributes), so that no payload
+	// size is exactly the limit and PayloadTooLarge cannot run; test the limit in the
+	// sink's own tests. Default 0: [LargePayloadBytes].
+	LargestPayloadBytes int
 }
 
 // Run runs the conformance suite against the sinks newSink builds: one parallel

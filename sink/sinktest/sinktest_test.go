@@ -97,6 +97,16 @@ func TestCorrectSinkPasses(t *testing.T) {
 	}, sinktest.Features{MaxPayloadBytes: maxPayload})
 }
 
+// With LargestPayloadBytes, a broker that refuses payloads over it passes every check
+// (Payloads sends none larger; PayloadTooLarge is skipped).
+func TestLargestPayloadBytes(t *testing.T) {
+	t.Parallel()
+	sinktest.Run(t, func(*testing.T) sinktest.Harness {
+		broker := &memsink.Sink{}
+		return harness(broker, idSink{broker}, maxPayload)
+	}, sinktest.Features{LargestPayloadBytes: maxPayload})
+}
+
 // brokenSink publishes to a memsink broker through an idSink, breaking the contract
 // in one way.
 type brokenSink struct {

@@ -38,6 +38,10 @@ func (b *broker) close() {
 // nowhere.
 const memory = "memory"
 
+// redisDedup names the Redis sink with Dedup (its Lua script) against the plain XADD
+// loop.
+const redisDedup = "redis-dedup"
+
 func newBroker(ctx context.Context, name string, o options) (*broker, error) {
 	switch name {
 	case memory:
@@ -48,8 +52,16 @@ func newBroker(ctx context.Context, name string, o options) (*broker, error) {
 		return newNATS(ctx, o.natsURL)
 	case "amqp":
 		return newAMQP(o.amqpURL)
+	case "http":
+		return newHTTP(ctx)
+	case "redis":
+		return newRedis(ctx, o.redisAddr, false)
+	case redisDedup:
+		return newRedis(ctx, o.redisAddr, true)
+	case "sqs":
+		return newSQS(ctx)
 	}
-	return nil, fmt.Errorf("unknown broker %q (want kafka, nats or amqp)", name)
+	return nil, fmt.Errorf("unknown broker %q (want kafka, nats, amqp, http, redis, redis-dedup or sqs)", name)
 }
 
 // encoder returns the default-format headers of a message for binding: the plain

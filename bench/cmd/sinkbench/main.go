@@ -7,8 +7,11 @@
 // share, which bounds every sink's.
 //
 // Kafka is franz-go's in-process kfake cluster (there is no Kafka broker on the build
-// machines); NATS is the server at -nats (JetStream, file storage) and RabbitMQ the one
-// at -amqp, each on a stream or exchange and queue of its own, removed afterwards. With
+// machines); NATS is the server at -nats (JetStream, file storage), RabbitMQ the one
+// at -amqp and Redis the one at -redis, each on a stream or exchange and queue of its
+// own, removed afterwards; webhooks go to a net/http endpoint in this process, and SQS
+// to goaws v0.5.4 in this process. redis-dedup is the Redis sink with Dedup (its Lua
+// script) against the same plain XADD loop: its ratio to redis's is the script's cost. With
 // -out, the tables are written to the "Sinks" section of that file (replaced or
 // appended; other sections are kept).
 //
@@ -41,9 +44,9 @@ import (
 const target = 0.90
 
 type options struct {
-	dsn, database, out, natsURL, amqpURL string
-	events, aggregates, batch, rounds    int
-	brokers                              []string
+	dsn, database, out, natsURL, amqpURL, redisAddr string
+	events, aggregates, batch, rounds               int
+	brokers                                         []string
 }
 
 func main() {
@@ -54,11 +57,12 @@ func main() {
 	flag.StringVar(&o.out, "out", "", `markdown file whose "Sinks" section receives the results`)
 	flag.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server with JetStream")
 	flag.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ server")
+	flag.StringVar(&o.redisAddr, "redis", "127.0.0.1:6379", "Redis server")
 	flag.IntVar(&o.events, "events", 100_000, "events per drain")
 	flag.IntVar(&o.aggregates, "aggregates", 1000, "aggregates the events are spread over")
 	flag.IntVar(&o.batch, "batch", 100, "relay BatchSize, and rows per plain-loop transaction")
 	flag.IntVar(&o.rounds, "rounds", 1, "rounds; each measures every loop and sink again, and the table shows medians")
-	flag.StringVar(&brokers, "brokers", "kafka,nats,amqp", "brokers to measure, comma-separated")
+	flag.StringVar(&brokers, "brokers", "kafka,nats,amqp,http,redis,redis-dedup,sqs", "brokers to measure, comma-separated")
 	flag.Parse()
 	o.brokers = strings.Split(brokers, ",")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -276,7 +280,10 @@ func (b *bench) report(started time.Time, m benchreport.Machine, loadStart, load
 		"the plain loop: %d loops of one transaction each claiming %d rows (UPDATE … RETURNING), publishing them with the client's async API as the same messages (key, headers and properties of docs/message-format.md) and waiting for every ack, then committing\n",
 		b.o.events, b.o.aggregates, b.o.rounds, b.o.batch, workers, b.o.batch)
 	p("- Brokers: Kafka is franz-go's in-process kfake (1 broker, 3 partitions); NATS %s (JetStream, file storage, R1); RabbitMQ %s (durable topic exchange and classic queue, persistent messages, confirms); "+
-		"`memory` is the relay through memsink against the plain loop publishing nowhere: the relay's own share of a plain loop, which bounds every sink's\n\n", redact(b.o.natsURL), redact(b.o.amqpURL))
+		"`memory` is the relay through memsink against the plain loop publishing nowhere: the relay's own share of a plain loop, which bounds every sink's\n", redact(b.o.natsURL), redact(b.o.amqpURL))
+	p("- Webhooks: a net/http endpoint in the process on loopback (plain HTTP, answering 204); the plain loop POSTs the same signed requests, %d at once (httpsink's default MaxConnsPerHost). "+
+		"Redis %s (7.0, no AOF): the plain loop pipelines one XADD per row; `redis-dedup` is the sink with Dedup (a Lua script per add and a key per event) against that same loop. "+
+		"SQS: goaws v0.5.4 in the process (an emulator, not AWS: only the client side is real), one SendMessage per message, %d at once on both sides (the sink Unbatched: goaws's SendMessageBatch answer is not in the shape the SDK reads)\n\n", inFlight, b.o.redisAddr, inFlight)
 	p("| broker | plain loop events/s | relay + sink events/s | ratio (target ≥ %.2f) | ratio / memory's ratio |\n|---|---|---|---|---|\n", target)
 	memRatio := benchreport.Median(sinkEPS[memory]) / benchreport.Median(loopEPS[memory])
 	for _, name := range append([]string{memory}, b.o.brokers...) {
@@ -287,6 +294,9 @@ func (b *bench) report(started time.Time, m benchreport.Machine, loadStart, load
 		}
 		p("| %s | %.0f (%s) | %.0f (%s) | %.2f %s | %.2f |\n", name, loop, joinFloats(loopEPS[name]), sink, joinFloats(sinkEPS[name]),
 			sink/loop, met, sink/loop/memRatio)
+	}
+	if plain, dedup := benchreport.Median(sinkEPS["redis"]), benchreport.Median(sinkEPS[redisDedup]); plain > 0 && dedup > 0 {
+		p("\nRedis Dedup (Lua script): the relay + sink drains at %.2f of its rate without Dedup (%.0f vs %.0f events/s), each add keeping a key for DedupWindow.\n", dedup/plain, dedup, plain)
 	}
 	return s.String()
 }
