@@ -17,7 +17,8 @@ SELECT u.seq, u.id, u.aggregate_type, u.aggregate_id, nullif(u.aggregate_version
        CASE WHEN u.payload_is_json THEN convert_from(u.payload, 'UTF8')::json END,
        CASE WHEN NOT u.payload_is_json THEN u.payload END,
        u.trace_parent, u.created_at,
-       CASE WHEN u.outcome IN ('retry', 'deferred', 'held') THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.available_at END,
+       CASE WHEN u.outcome IN ('retry', 'deferred') THEN clock_timestamp() + u.delay_ms * interval '1 millisecond'
+                        WHEN u.outcome = 'held' THEN now() + u.delay_ms * interval '1 millisecond' ELSE u.available_at END,
        CASE WHEN u.outcome IN ('untouched', 'deferred', 'held') THEN u.attempts ELSE u.attempts + 1 END,
        coalesce(u.error, u.last_error),
        CASE WHEN u.outcome = 'dead' THEN now() END

@@ -20,7 +20,7 @@ SET published_at = CASE WHEN i.outcome = 'published' THEN now() END,
     attempts     = CASE WHEN i.outcome IN ('untouched', 'deferred') THEN e.attempts ELSE e.attempts + 1 END,
     dead_at      = CASE WHEN i.outcome = 'dead' THEN now() END,
     last_error   = coalesce(i.error, e.last_error),
-    available_at = CASE WHEN i.outcome IN ('retry', 'deferred') THEN now() + i.delay_ms * interval '1 millisecond' ELSE now() END
+    available_at = CASE WHEN i.outcome IN ('retry', 'deferred') THEN clock_timestamp() + i.delay_ms * interval '1 millisecond' ELSE now() END
 FROM i
 WHERE NOT ($6::boolean AND i.outcome = 'published') AND e.seq = i.seq
   AND e.published_at IS NULL AND e.dead_at IS NULL AND e.available_at = $5::timestamptz
