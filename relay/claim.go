@@ -62,7 +62,7 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedB
 	c.full = len(read.msgs) >= q.capacity
 	if b.cfg.Mode == Ordered {
 		b.rotation.advance(read.msgs)
-		c.full = c.full || aggregatesOf(read.msgs) >= q.heads
+		c.full = c.full || b.cut(read.msgs, q.heads, q.capacity)
 	}
 	return c, nil
 }
@@ -223,11 +223,22 @@ type badRow struct {
 	reason string
 }
 
-// aggregatesOf counts the distinct aggregates of msgs.
-func aggregatesOf(msgs []outbox.Message) int {
-	seen := make(map[aggregateKey]struct{}, len(msgs))
+// cut reports whether an ordered claim of msgs may have left events waiting: it took as
+// many heads as it may, or some aggregate brought as many events as its cut allows
+// (MaxPerAggregate, or maxEvents shared among the heads), so more of it may be pending.
+func (b *batcher) cut(msgs []outbox.Message, heads, maxEvents int) bool {
+	per := make(map[aggregateKey]int, len(msgs))
 	for _, m := range msgs {
-		seen[keyOf(m)] = struct{}{}
+		per[keyOf(m)]++
 	}
-	return len(seen)
+	if len(per) >= heads {
+		return true
+	}
+	limit := min(b.cfg.MaxPerAggregate, maxEvents/max(1, len(per)))
+	for _, n := range per {
+		if n >= limit {
+			return true
+		}
+	}
+	return false
 }

@@ -120,7 +120,7 @@ func TestKillStormAndRollingRestart(t *testing.T) {
 					select {
 					case <-children[i].recorded:
 						midBatch++
-					case <-time.After(every / 4):
+					case <-time.After(every / 2):
 					}
 					children[i].kill()
 				} else {
