@@ -236,7 +236,7 @@ func TestOnPublish(t *testing.T) {
 		t.Fatalf("OnPublish got %d messages (second %s) with %d recorded; want the call's %d, 2 recorded", len(c.msgs), c.msgs[1].ID, c.recorded, len(msgs))
 	}
 	for i := range errs {
-		if c.errs[i] != errs[i] {
+		if !errors.Is(c.errs[i], errs[i]) {
 			t.Errorf("message %d: OnPublish got %v, Publish returned %v", i, c.errs[i], errs[i])
 		}
 	}
