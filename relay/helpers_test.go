@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,6 +52,13 @@ func waitFor(t *testing.T, sink *memsink.Sink, timeout time.Duration, what strin
 // distinct is a condition for waitFor: n distinct events delivered.
 func distinct(n int) func([]outbox.Message) bool {
 	return func(msgs []outbox.Message) bool { return distinctIDs(msgs) == n }
+}
+
+// delivered is a condition for waitFor: an event of aggregate id delivered.
+func delivered(id string) func([]outbox.Message) bool {
+	return func(msgs []outbox.Message) bool {
+		return slices.ContainsFunc(msgs, func(m outbox.Message) bool { return m.AggregateID == id })
+	}
 }
 
 // count returns how many of msgs match.
@@ -134,9 +142,9 @@ func throughout(d time.Duration, check func()) {
 }
 
 func distinctIDs(msgs []outbox.Message) int {
-	seen := map[string]bool{}
+	seen := map[uuid.UUID]bool{}
 	for _, m := range msgs {
-		seen[m.ID.String()] = true
+		seen[m.ID] = true
 	}
 	return len(seen)
 }

@@ -74,17 +74,6 @@ func enqueueOne(t *testing.T, pool *pgxpool.Pool, n *outbox.Notifier, id string)
 	}
 }
 
-func delivered(id string) func([]outbox.Message) bool {
-	return func(msgs []outbox.Message) bool {
-		for _, m := range msgs {
-			if m.AggregateID == id {
-				return true
-			}
-		}
-		return false
-	}
-}
-
 // listenerPIDs returns the backends of the wake-up listeners on pool's database.
 func listenerPIDs(t *testing.T, pool *pgxpool.Pool) []int32 {
 	t.Helper()
