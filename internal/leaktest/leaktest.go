@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -181,22 +182,26 @@ func wrapper(fn string) bool {
 	return false
 }
 
-// report lists the goroutines left, one entry per top function.
+// report lists the goroutines left, one entry per top function, saying how many of
+// them each own function started.
 func report(left []goroutine) error {
 	byTop := map[string][]goroutine{}
-	var tops []string
 	for _, g := range left {
-		if byTop[g.top] == nil {
-			tops = append(tops, g.top)
-		}
 		byTop[g.top] = append(byTop[g.top], g)
 	}
-	slices.Sort(tops)
 	var b strings.Builder
 	fmt.Fprintf(&b, "leaktest: %d goroutine(s) still running %s after the tests ended:", len(left), grace)
-	for _, top := range tops {
+	for _, top := range slices.Sorted(maps.Keys(byTop)) {
 		gs := byTop[top]
-		fmt.Fprintf(&b, "\n\n%d × %s, started as %s; one of them:\n%s", len(gs), top, gs[0].own, gs[0].stack)
+		owns := map[string]int{}
+		for _, g := range gs {
+			owns[g.own]++
+		}
+		var started []string
+		for _, own := range slices.Sorted(maps.Keys(owns)) {
+			started = append(started, fmt.Sprintf("%d by %s", owns[own], own))
+		}
+		fmt.Fprintf(&b, "\n\n%d × %s (started: %s); one of them:\n%s", len(gs), top, strings.Join(started, ", "), gs[0].stack)
 	}
 	return errors.New(b.String())
 }

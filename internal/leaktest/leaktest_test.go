@@ -63,8 +63,8 @@ func TestCheck(t *testing.T) {
 
 	end := parked(t)
 	err := Check()
-	if err == nil || !strings.Contains(err.Error(), "1 × github.com/outboxkit/outbox/internal/leaktest.parkedHere") {
-		t.Fatalf("Check with a goroutine left: %v, want it listed by its top function", err)
+	if err == nil || !strings.Contains(err.Error(), "1 × github.com/outboxkit/outbox/internal/leaktest.parkedHere (started: 1 by github.com/outboxkit/outbox/internal/leaktest.parked.func1)") {
+		t.Fatalf("Check with a goroutine left: %v, want it listed by its top function and its own", err)
 	}
 	if err := Check("github.com/outboxkit/outbox/internal/leaktest.parkedHere"); err != nil {
 		t.Fatalf("Check allowing the top function: %v", err)
