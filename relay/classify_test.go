@@ -25,6 +25,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // sequentialSink publishes one message after another, as the Sink contract allows, by
@@ -253,13 +254,11 @@ func TestUnwrappedConnectionErrorsAreAnOutage(t *testing.T) {
 			cfg.MaxAttempts = 3
 			r := newRelay(t, pool, sink, cfg)
 			start(t, r)
-			deadline := time.Now().Add(3 * time.Second)
-			for time.Now().Before(deadline) {
+			throughout(3*time.Second, func() { // the outage's length
 				if s := stateOf(t, pool, "only"); s.attempts != 0 || s.dead {
 					t.Fatalf("sink down (%v): attempts %d, dead %v; an outage must count nothing", seen.Load(), s.attempts, s.dead)
 				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			})
 			if seen.Load() == nil || r.Stats().BreakerOpens == 0 {
 				t.Fatalf("the sink was never tried (%v) or the breaker never opened (%+v)", seen.Load(), r.Stats())
 			}
@@ -279,8 +278,7 @@ func TestPermanentRefusalsAreNeverAnOutage(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
 			enqueue(t, pool, aggregates("p", 250), 1)
-			sink := newTestSink()
-			sink.fail = func(outbox.Message) error { return outbox.Permanent(errors.New("schema registry refused the payload")) }
+			sink := &memsink.Sink{FailFunc: func(outbox.Message) error { return outbox.Permanent(errors.New("schema registry refused the payload")) }}
 			cfg := fastConfig()
 			cfg.Mode = mode
 			r := newRelay(t, pool, sink, cfg)
@@ -301,8 +299,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	enqueue(t, pool, []string{"limited"}, 1)
 	var attempts []time.Time
 	var mu sync.Mutex
-	sink := newTestSink()
-	sink.fail = func(outbox.Message) error {
+	sink := &memsink.Sink{FailFunc: func(outbox.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		attempts = append(attempts, time.Now())
@@ -310,9 +307,9 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 			return outbox.RetryAfter(errors.New("429 too many requests"), 700*time.Millisecond)
 		}
 		return nil
-	}
+	}}
 	start(t, newRelay(t, pool, sink, fastConfig()))
-	sink.waitFor(t, 5*time.Second, "the event", func(m []outbox.Message) bool { return len(m) == 1 })
+	waitFor(t, sink, 5*time.Second, "the event", func(m []outbox.Message) bool { return len(m) == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if gap := attempts[1].Sub(attempts[0]); gap < 650*time.Millisecond {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // Ordered claims racing committed updates of the rows they picked: two batches in flight
@@ -22,10 +23,10 @@ func TestOrderedClaimsRacingUpdatesOfTheirHeads(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	enqueue(t, pool, aggregates("r", 40), 25) // 1,000 events
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	var mu sync.Mutex
 	tried := map[string]bool{}
-	sink.fail = func(m outbox.Message) error {
+	sink.FailFunc = func(m outbox.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if !tried[m.ID.String()] && rand.N(3) == 0 { //nolint:gosec // test randomness
@@ -51,8 +52,8 @@ func TestOrderedClaimsRacingUpdatesOfTheirHeads(t *testing.T) {
 	waitSQL(t, pool, 60*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
 	cancel()
 	wg.Wait()
-	checkOrder(t, sink.messages())
-	if n := distinctIDs(sink.messages()); n != 1000 {
+	checkOrder(t, sink.Messages())
+	if n := distinctIDs(sink.Messages()); n != 1000 {
 		t.Fatalf("%d distinct events delivered, want 1000", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkit/outbox/internal/failpoint"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // S3 and TESTPLAN #2: a crash in each of the four windows of a batch. Window 1 (after
@@ -83,7 +84,7 @@ CREATE CONSTRAINT TRIGGER stall_commit AFTER UPDATE OR DELETE ON outbox.events
 func crashInWindow(t *testing.T, config func() *relay.Config, point string, extra int) {
 	pool := pgtest.Pool(t)
 	enqueue(t, pool, aggregates("c", 5), 2) // 10 events, one batch
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 
 	crashedBatch := 0
 	if point == inCommit {
@@ -94,7 +95,7 @@ func crashInWindow(t *testing.T, config func() *relay.Config, point string, extr
 		stop := start(t, r)
 		// The batch is published, its COMMIT stalls: the connection dies there.
 		waitSQL(t, pool, 20*time.Second, 1, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`)
-		crashedBatch = len(sink.messages())
+		crashedBatch = sink.Count()
 		waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep') k`)
 		if err := stop(); err != nil {
 			t.Fatal(err)
@@ -122,7 +123,7 @@ func crashInWindow(t *testing.T, config func() *relay.Config, point string, extr
 		if fired.Load() != 1 {
 			t.Fatalf("failpoint %s fired %d times, want 1", point, fired.Load())
 		}
-		crashedBatch = len(sink.messages())
+		crashedBatch = sink.Count()
 	}
 
 	cfg := config()
@@ -132,7 +133,7 @@ func crashInWindow(t *testing.T, config func() *relay.Config, point string, extr
 	} else {
 		waitSQL(t, pool, 20*time.Second, 10, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
 	}
-	msgs := sink.messages()
+	msgs := sink.Messages()
 	perID := map[string]int{}
 	for _, m := range msgs {
 		perID[m.ID.String()]++
@@ -185,7 +186,7 @@ func TestDiscardRacesInFlightMark(t *testing.T) {
 		return nil
 	})
 	defer disarm()
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	start(t, newRelay(t, pool, sink, fastConfig()))
 	<-atMark
 

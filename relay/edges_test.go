@@ -14,6 +14,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // TESTPLAN #12: commit order differs from seq order. T1 takes a lower seq and commits
@@ -26,7 +27,7 @@ func TestInFlightTransactionIsNotSkipped(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
 			ctx := context.Background()
-			sink := newTestSink()
+			sink := &memsink.Sink{}
 			start(t, newRelay(t, pool, sink, fastConfig()))
 
 			t1, err := pool.Begin(ctx)
@@ -43,12 +44,12 @@ func TestInFlightTransactionIsNotSkipped(t *testing.T) {
 			if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), ev("t2")) }); err != nil {
 				t.Fatal(err)
 			}
-			sink.waitFor(t, 10*time.Second, "T2's event", func(m []outbox.Message) bool { return len(m) == 1 && m[0].AggregateID == "t2" })
+			waitFor(t, sink, 10*time.Second, "T2's event", func(m []outbox.Message) bool { return len(m) == 1 && m[0].AggregateID == "t2" })
 			if commit {
 				if err := t1.Commit(ctx); err != nil {
 					t.Fatal(err)
 				}
-				sink.waitFor(t, 10*time.Second, "T1's late event", func(m []outbox.Message) bool { return len(m) == 2 && m[1].AggregateID == "t1" })
+				waitFor(t, sink, 10*time.Second, "T1's late event", func(m []outbox.Message) bool { return len(m) == 2 && m[1].AggregateID == "t1" })
 				return
 			}
 			if err := t1.Rollback(ctx); err != nil {
@@ -57,7 +58,7 @@ func TestInFlightTransactionIsNotSkipped(t *testing.T) {
 			if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), ev("t3")) }); err != nil {
 				t.Fatal(err)
 			}
-			msgs := sink.waitFor(t, 10*time.Second, "T3's event after the rollback", func(m []outbox.Message) bool { return len(m) == 2 })
+			msgs := waitFor(t, sink, 10*time.Second, "T3's event after the rollback", func(m []outbox.Message) bool { return len(m) == 2 })
 			if msgs[1].AggregateID != "t3" {
 				t.Fatalf("delivered %s, want t3", msgs[1].AggregateID)
 			}
@@ -78,16 +79,15 @@ func TestOversizeAtSinkIsDeadWithReason(t *testing.T) {
 	if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), big, after, other) }); err != nil {
 		t.Fatal(err)
 	}
-	sink := newTestSink()
-	sink.fail = func(m outbox.Message) error {
+	sink := &memsink.Sink{FailFunc: func(m outbox.Message) error {
 		if len(m.Payload) > 512<<10 {
 			return outbox.Permanent(errors.New("MESSAGE_TOO_LARGE: 819202 bytes exceeds max.message.bytes 524288"))
 		}
 		return nil
-	}
+	}}
 	start(t, newRelay(t, pool, sink, fastConfig()))
 	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'big' AND attempts = 1 AND last_error LIKE '%MESSAGE_TOO_LARGE%'`)
-	sink.waitFor(t, 10*time.Second, "the other aggregate", func(m []outbox.Message) bool { return len(m) == 1 && m[0].AggregateID == "other" })
+	waitFor(t, sink, 10*time.Second, "the other aggregate", func(m []outbox.Message) bool { return len(m) == 1 && m[0].AggregateID == "other" })
 	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE aggregate_id = 'big' AND published_at IS NULL AND dead_at IS NULL`); n != 1 {
 		t.Fatalf("the event after the dead one: %d pending, want 1 (held)", n)
 	}
@@ -108,9 +108,9 @@ func TestUndecodableRowFailsAlone(t *testing.T) {
 	}
 	enqueue(t, pool, []string{"raw"}, 2) // claimed in the same batch, behind the bad row
 	before := rowText(t, pool, "raw")
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	start(t, newRelay(t, pool, sink, fastConfig()))
-	sink.waitFor(t, 10*time.Second, "the decodable rows", func(m []outbox.Message) bool { return len(m) == 4 })
+	waitFor(t, sink, 10*time.Second, "the decodable rows", func(m []outbox.Message) bool { return len(m) == 4 })
 	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'raw' AND last_error LIKE 'undecodable row: headers%'`)
 	if after := rowText(t, pool, "raw"); after != before {
 		t.Fatalf("the undecodable row's data changed:\n%s\n%s", before, after)
@@ -121,7 +121,7 @@ func TestUndecodableRowFailsAlone(t *testing.T) {
 		AND published_at IS NULL AND attempts = 0`); n != 2 {
 		t.Fatalf("%d of the 2 rows behind the undecodable one are pending and untouched", n)
 	}
-	for _, m := range sink.messages() {
+	for _, m := range sink.Messages() {
 		if m.AggregateID == "raw" {
 			t.Fatalf("%s published past its aggregate's dead event", m.ID)
 		}
@@ -160,20 +160,19 @@ func TestDuplicateIDFromApplicationRetryAndReplayKeepsID(t *testing.T) {
 	}
 	var fail atomicBool
 	fail.set(true)
-	sink := newTestSink()
-	sink.fail = func(outbox.Message) error {
+	sink := &memsink.Sink{FailFunc: func(outbox.Message) error {
 		if fail.get() {
 			return outbox.Permanent(errors.New("schema rejected"))
 		}
 		return nil
-	}
+	}}
 	start(t, newRelay(t, pool, sink, fastConfig()))
 	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters`)
 	fail.set(false)
 	if _, err := relay.Replay(ctx, pool, relay.Action{IDs: []uuidT{e.ID}, Actor: "ops", Reason: "schema fixed"}); err != nil {
 		t.Fatal(err)
 	}
-	msgs := sink.waitFor(t, 10*time.Second, "the replayed event", func(m []outbox.Message) bool { return len(m) == 1 })
+	msgs := waitFor(t, sink, 10*time.Second, "the replayed event", func(m []outbox.Message) bool { return len(m) == 1 })
 	if msgs[0].ID != e.ID {
 		t.Fatalf("replayed with id %s, want the original %s", msgs[0].ID, e.ID)
 	}
@@ -185,7 +184,7 @@ func TestDelayedEvents(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	start(t, newRelay(t, pool, sink, fastConfig()))
 	var dbNow time.Time
 	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
@@ -196,8 +195,8 @@ func TestDelayedEvents(t *testing.T) {
 	if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), future, past) }); err != nil {
 		t.Fatal(err)
 	}
-	sink.waitFor(t, 5*time.Second, "the past event", func(m []outbox.Message) bool { return len(m) >= 1 && m[0].AggregateID == "past" })
-	sink.waitFor(t, 10*time.Second, "the future event", func(m []outbox.Message) bool { return len(m) == 2 })
+	waitFor(t, sink, 5*time.Second, "the past event", func(m []outbox.Message) bool { return len(m) >= 1 && m[0].AggregateID == "past" })
+	waitFor(t, sink, 10*time.Second, "the future event", func(m []outbox.Message) bool { return len(m) == 2 })
 	waitSQL(t, pool, 10*time.Second, 2, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
 	var early bool
 	if err := pool.QueryRow(ctx, `SELECT published_at < available_at FROM outbox.events WHERE aggregate_id = 'future'`).Scan(&early); err != nil {
@@ -238,7 +237,7 @@ func TestSerializationFailureRetried(t *testing.T) {
 				t.Fatal(err)
 			}
 			enqueue(t, pool, aggregates("s", 5), 2)
-			sink := newTestSink()
+			sink := &memsink.Sink{}
 			cfg := fastConfig()
 			cfg.Mode = mode
 			r := newRelay(t, pool, sink, cfg)
@@ -247,7 +246,7 @@ func TestSerializationFailureRetried(t *testing.T) {
 			if n := queryInt(t, pool, `SELECT last_value FROM fault_once`); n < 3 {
 				t.Fatalf("the trigger ran %d times, want the two faults and a success", n)
 			}
-			if msgs := sink.messages(); len(msgs) != 10 {
+			if msgs := sink.Messages(); len(msgs) != 10 {
 				t.Fatalf("%d deliveries of 10 events: a failed mark published", len(msgs))
 			}
 			if st := r.Stats(); st.Errors != 2 {
@@ -270,9 +269,9 @@ func TestSerializationFailureRetried(t *testing.T) {
 					t.Fatal(err)
 				}
 				enqueue(t, pool, aggregates("s", 5), 2)
-				sink := newTestSink()
+				sink := &memsink.Sink{}
 				var failed sync.Map
-				sink.fail = func(m outbox.Message) error {
+				sink.FailFunc = func(m outbox.Message) error {
 					if _, again := failed.LoadOrStore(m.ID, true); !again && m.AggregateID == "s0" {
 						return errors.New("transient failure")
 					}
@@ -283,17 +282,17 @@ func TestSerializationFailureRetried(t *testing.T) {
 				cfg.BreakerMinAggregates = 100 // one aggregate failing is not an outage
 				r := newRelay(t, pool, sink, cfg)
 				start(t, r)
-				sink.waitFor(t, 10*time.Second, "every event", func(m []outbox.Message) bool { return distinctIDs(m) == 10 })
+				waitFor(t, sink, 10*time.Second, "every event", distinct(10))
 				waitSQL(t, pool, 10*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL AND dead_at IS NULL`)
 				if n := queryInt(t, pool, `SELECT last_value FROM fault_once`); n < 3 {
 					t.Fatalf("the trigger ran %d times, want the two faults and a success", n)
 				}
 				// s0's first event failed once; in ordered mode its second was not sent then.
 				perID := map[string]int{}
-				for _, m := range sink.messages() {
+				for _, m := range sink.Messages() {
 					perID[m.ID.String()]++
 				}
-				for _, m := range sink.messages() {
+				for _, m := range sink.Messages() {
 					if m.AggregateID != "s0" && perID[m.ID.String()] != 1 {
 						t.Fatalf("event %s of %s delivered %d times: the retried put-back published its batch again", m.ID, m.AggregateID, perID[m.ID.String()])
 					}
@@ -319,9 +318,9 @@ func TestRelaysUnderStricterIsolation(t *testing.T) {
 				t.Parallel()
 				connString := pgtest.ConnString(t, nil)
 				pool := pgtest.PoolFor(t, connString)
-				sink := newTestSink()
+				sink := &memsink.Sink{}
 				var tried sync.Map
-				sink.fail = func(m outbox.Message) error {
+				sink.FailFunc = func(m outbox.Message) error {
 					if _, again := tried.LoadOrStore(m.ID, true); !again && m.ID[15]%10 == 0 {
 						return errors.New("transient failure")
 					}
@@ -353,7 +352,7 @@ func TestRelaysUnderStricterIsolation(t *testing.T) {
 				const aggs, perAgg = 10, 30
 				produce(context.Background(), t, pool, aggregates("i", aggs), perAgg, time.Second)
 				waitSQL(t, pool, time.Minute, aggs*perAgg, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
-				msgs := sink.messages()
+				msgs := sink.Messages()
 				if distinctIDs(msgs) != aggs*perAgg {
 					t.Fatalf("%d distinct events delivered, want %d", distinctIDs(msgs), aggs*perAgg)
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // queryCounter counts every statement and batch a pool sends.
@@ -70,8 +71,7 @@ func TestS2SinkDownBreakerThenDrain(t *testing.T) {
 			enqueue(t, pool, aggregates("s", 10), 3)
 			var down atomic.Bool
 			down.Store(true)
-			sink := newTestSink()
-			sink.fail = func(outbox.Message) error {
+			sink := &memsink.Sink{FailFunc: func(outbox.Message) error {
 				if !down.Load() {
 					return nil
 				}
@@ -80,7 +80,7 @@ func TestS2SinkDownBreakerThenDrain(t *testing.T) {
 					return outbox.Unavailable(err)
 				}
 				return err
-			}
+			}}
 			relayPool, queries := countedPool(t, connString)
 			cfg := fastConfig() // polls every 20 ms; breaker 100 ms doubling to 400 ms
 			r := newRelay(t, relayPool, sink, cfg)
@@ -104,7 +104,7 @@ func TestS2SinkDownBreakerThenDrain(t *testing.T) {
 
 			down.Store(false)
 			waitSQL(t, pool, 20*time.Second, 30, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
-			checkOrder(t, sink.messages())
+			checkOrder(t, sink.Messages())
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -149,14 +149,13 @@ func TestS7PoisonHoldsOnlyItsAggregate(t *testing.T) {
 			enqueue(t, pool, []string{poison}, 3) // versions 1..3
 			var poisonAttempts atomic.Int32
 			var healed atomic.Bool
-			sink := newTestSink()
-			sink.fail = func(m outbox.Message) error {
+			sink := &memsink.Sink{FailFunc: func(m outbox.Message) error {
 				if m.AggregateID == poison && m.AggregateVersion == 1 && !healed.Load() {
 					poisonAttempts.Add(1)
 					return errors.New("broker: 503 for this message")
 				}
 				return nil
-			}
+			}}
 			cfg := fastConfig()
 			cfg.MaxAttempts = 4
 			if pastDead {
@@ -166,15 +165,7 @@ func TestS7PoisonHoldsOnlyItsAggregate(t *testing.T) {
 
 			// While the poison is retried, other aggregates of its partition flow.
 			enqueue(t, pool, others, 2)
-			sink.waitFor(t, 20*time.Second, "other aggregates", func(m []outbox.Message) bool {
-				n := 0
-				for _, x := range m {
-					if x.AggregateID != poison {
-						n++
-					}
-				}
-				return n == 10
-			})
+			waitFor(t, sink, 20*time.Second, "other aggregates", counted(10, func(m outbox.Message) bool { return m.AggregateID != poison }))
 			waitSQL(t, pool, 20*time.Second, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'poison' AND aggregate_version = 1 AND attempts = 4 AND last_error LIKE '%503%'`)
 			if poisonAttempts.Load() != 4 {
 				t.Fatalf("poison tried %d times, want 4 (MaxAttempts)", poisonAttempts.Load())
@@ -187,26 +178,10 @@ func TestS7PoisonHoldsOnlyItsAggregate(t *testing.T) {
 			// New events of other aggregates still flow after the poison is dead; the
 			// poison's own later versions are held unless publishing past the dead is on.
 			enqueue(t, pool, aggregates("late", 3), 1)
-			sink.waitFor(t, 20*time.Second, "late aggregates", func(m []outbox.Message) bool {
-				n := 0
-				for _, x := range m {
-					if strings.HasPrefix(x.AggregateID, "late") {
-						n++
-					}
-				}
-				return n == 3
-			})
-			poisonLater := func() int {
-				n := 0
-				for _, m := range sink.messages() {
-					if m.AggregateID == poison && m.AggregateVersion > 1 {
-						n++
-					}
-				}
-				return n
-			}
+			waitFor(t, sink, 20*time.Second, "late aggregates", counted(3, func(m outbox.Message) bool { return strings.HasPrefix(m.AggregateID, "late") }))
+			poisonLater := func(m outbox.Message) bool { return m.AggregateID == poison && m.AggregateVersion > 1 }
 			if !pastDead {
-				if n := poisonLater(); n != 0 {
+				if n := count(sink.Messages(), poisonLater); n != 0 {
 					t.Fatalf("%d later events of the dead poison's aggregate were published past it", n)
 				}
 				healed.Store(true)
@@ -218,21 +193,13 @@ func TestS7PoisonHoldsOnlyItsAggregate(t *testing.T) {
 				if err != nil || len(ids) != 1 {
 					t.Fatalf("replay: %v, %v", ids, err)
 				}
-				msgs := sink.waitFor(t, 20*time.Second, "poison's aggregate after replay", func(m []outbox.Message) bool {
-					n := 0
-					for _, x := range m {
-						if x.AggregateID == poison {
-							n++
-						}
-					}
-					return n == 3
-				})
+				msgs := waitFor(t, sink, 20*time.Second, "poison's aggregate after replay", counted(3, func(m outbox.Message) bool { return m.AggregateID == poison }))
 				checkOrder(t, msgs)
 				if n := queryInt(t, pool, `SELECT count(*) FROM outbox.replays WHERE action = 'replay' AND actor = 'ops' AND reason = 'broker fixed'`); n != 1 {
 					t.Fatal("replay not audited")
 				}
 			} else {
-				sink.waitFor(t, 20*time.Second, "poison's later versions past the dead one", func([]outbox.Message) bool { return poisonLater() == 2 })
+				waitFor(t, sink, 20*time.Second, "poison's later versions past the dead one", counted(2, poisonLater))
 			}
 		})
 	}
@@ -252,8 +219,7 @@ func TestOrderUnderRandomFailures(t *testing.T) {
 	var mu sync.Mutex
 	tried := map[string]bool{}
 	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // test randomness
-	sink := newTestSink()
-	sink.fail = func(m outbox.Message) error {
+	sink := &memsink.Sink{FailFunc: func(m outbox.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		first := !tried[m.ID.String()]
@@ -262,7 +228,7 @@ func TestOrderUnderRandomFailures(t *testing.T) {
 			return errors.New("transient failure")
 		}
 		return nil
-	}
+	}}
 	cfg := fastConfig()
 	cfg.BreakerMinAggregates = 1000 // these are per-message failures, not an outage
 	cfg.RetryBaseDelay = 5 * time.Millisecond
@@ -273,7 +239,7 @@ func TestOrderUnderRandomFailures(t *testing.T) {
 	start(t, r)
 	waitSQL(t, pool, 3*time.Minute, total, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
 	t.Logf("drained %d events in %s: %+v", total, time.Since(began), r.Stats())
-	msgs := sink.messages()
+	msgs := sink.Messages()
 	if distinctIDs(msgs) != total {
 		t.Fatalf("%d distinct events delivered, want %d", distinctIDs(msgs), total)
 	}
@@ -297,8 +263,7 @@ func TestBreakerMinAggregatesBothSides(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
 			enqueue(t, pool, aggregates("b", tc.aggregates), 1)
-			sink := newTestSink()
-			sink.fail = func(outbox.Message) error { return errors.New("broker: 503") }
+			sink := &memsink.Sink{FailFunc: func(outbox.Message) error { return errors.New("broker: 503") }}
 			cfg := fastConfig()
 			cfg.BreakerMinAggregates = 3
 			cfg.MaxAttempts = 100
@@ -308,13 +273,11 @@ func TestBreakerMinAggregatesBothSides(t *testing.T) {
 			r := newRelay(t, pool, sink, cfg)
 			start(t, r)
 			if tc.outage {
-				deadline := time.Now().Add(time.Second)
-				for time.Now().Before(deadline) {
+				throughout(time.Second, func() { // the outage's length
 					if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE attempts > 0`); n != 0 {
 						t.Fatalf("%d events had attempts counted in an outage across %d aggregates", n, tc.aggregates)
 					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				})
 				if r.Stats().BreakerOpens == 0 {
 					t.Fatal("the breaker never opened")
 				}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 func TestMain(m *testing.M) {
@@ -27,86 +29,122 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m)
 }
 
-// testSink records deliveries; fail (optional) decides a message's result before it
-// is recorded. It honours the Sink contract: after a failure, later messages of the
-// same aggregate in the call are not sent.
-type testSink struct {
-	mu        sync.Mutex
-	delivered []outbox.Message
-	calls     int
-	fail      func(m outbox.Message) error
-	onPublish func(msgs []outbox.Message) // runs after recording, before returning
-	changed   chan struct{}
+// aggregateKey names an aggregate: its type and id. (The relay's own is unexported.)
+type aggregateKey struct{ typ, id string }
+
+func keyOf(m outbox.Message) aggregateKey { return aggregateKey{m.AggregateType, m.AggregateID} }
+
+func (k aggregateKey) String() string { return k.typ + "/" + k.id }
+
+// waitFor waits until cond holds on sink's deliveries, and returns them; it fails t
+// after timeout.
+func waitFor(t *testing.T, sink *memsink.Sink, timeout time.Duration, what string, cond func([]outbox.Message) bool) []outbox.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	msgs, err := sink.WaitUntil(ctx, cond)
+	if err != nil {
+		t.Fatalf("timed out after %s waiting for %s (%d delivered)", timeout, what, len(msgs))
+	}
+	return msgs
 }
 
-func newTestSink() *testSink { return &testSink{changed: make(chan struct{}, 1)} }
+// distinct is a condition for waitFor: n distinct events delivered.
+func distinct(n int) func([]outbox.Message) bool {
+	return func(msgs []outbox.Message) bool { return distinctIDs(msgs) == n }
+}
 
-func (s *testSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	s.mu.Lock()
-	s.calls++
-	results := make([]error, len(msgs))
-	failed := map[string]bool{}
-	for i, m := range msgs {
-		key := m.AggregateType + "/" + m.AggregateID
-		switch {
-		case ctx.Err() != nil:
-			results[i] = ctx.Err()
-			continue
-		case failed[key]:
-			results[i] = outbox.ErrNotSent
-			continue
-		}
-		if s.fail != nil {
-			if err := s.fail(m); err != nil {
-				results[i] = err
-				failed[key] = true
-				continue
-			}
-		}
-		s.delivered = append(s.delivered, m)
+// delivered is a condition for waitFor: an event of aggregate id delivered.
+func delivered(id string) func([]outbox.Message) bool {
+	return func(msgs []outbox.Message) bool {
+		return slices.ContainsFunc(msgs, func(m outbox.Message) bool { return m.AggregateID == id })
 	}
-	hook := s.onPublish
-	s.mu.Unlock()
+}
+
+// count returns how many of msgs match.
+func count(msgs []outbox.Message, match func(outbox.Message) bool) int {
+	n := 0
+	for _, m := range msgs {
+		if match(m) {
+			n++
+		}
+	}
+	return n
+}
+
+// counted is a condition for waitFor: n deliveries match.
+func counted(n int, match func(outbox.Message) bool) func([]outbox.Message) bool {
+	return func(msgs []outbox.Message) bool { return count(msgs, match) == n }
+}
+
+// slowSink takes delay per call (a broker's latency; memsink's is per message), then
+// publishes through inner (when ctx ended first, inner fails the messages), and counts
+// what it published. With started set, it signals there, without blocking, when a call
+// starts.
+type slowSink struct {
+	inner     outbox.Sink
+	delay     time.Duration
+	started   chan struct{}
+	published atomic.Int64
+}
+
+func (s *slowSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	select {
-	case s.changed <- struct{}{}:
+	case s.started <- struct{}{}:
 	default:
 	}
-	if hook != nil {
-		hook(msgs)
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
 	}
-	return results
+	errs := s.inner.Publish(ctx, msgs)
+	for _, err := range errs {
+		if err == nil {
+			s.published.Add(1)
+		}
+	}
+	return errs
 }
 
-func (s *testSink) messages() []outbox.Message {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]outbox.Message(nil), s.delivered...)
-}
-
-// waitFor waits until cond holds on the deliveries, failing t after timeout.
-func (s *testSink) waitFor(t *testing.T, timeout time.Duration, what string, cond func([]outbox.Message) bool) []outbox.Message {
-	t.Helper()
+// eventually polls cond until it holds or timeout has passed, and reports whether it
+// held.
+func eventually(timeout time.Duration, cond func() bool) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		if msgs := s.messages(); cond(msgs) {
-			return msgs
-		}
+	for !cond() {
 		select {
 		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s (%d delivered)", timeout, what, len(s.messages()))
-		case <-s.changed:
+			return cond()
 		case <-tick.C:
 		}
+	}
+	return true
+}
+
+// waitUntil polls cond until it holds, failing t after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !eventually(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// throughout runs check every 20 ms for d, a span the test sets (proving an absence
+// takes a wait); check fails the test itself.
+func throughout(d time.Duration, check func()) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(d); time.Now().Before(end); <-tick.C {
+		check()
 	}
 }
 
 func distinctIDs(msgs []outbox.Message) int {
-	seen := map[string]bool{}
+	seen := map[uuid.UUID]bool{}
 	for _, m := range msgs {
-		seen[m.ID.String()] = true
+		seen[m.ID] = true
 	}
 	return len(seen)
 }
@@ -200,35 +238,30 @@ func queryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 }
 
 // checkOrder fails t unless, per aggregate, the first deliveries are in version order
-// with no gap, and returns the number of distinct events delivered.
+// with no gap.
 func checkOrder(t *testing.T, msgs []outbox.Message) {
 	t.Helper()
-	seen := map[string]bool{}
-	last := map[string]int64{}
+	seen := map[uuid.UUID]bool{}
+	last := map[aggregateKey]int64{}
 	for _, m := range msgs {
-		if seen[m.ID.String()] {
+		if seen[m.ID] {
 			continue // a duplicate; only first deliveries must be ordered
 		}
-		seen[m.ID.String()] = true
-		if m.AggregateVersion != last[m.AggregateID]+1 {
-			t.Fatalf("aggregate %s: first delivery of version %d after version %d", m.AggregateID, m.AggregateVersion, last[m.AggregateID])
+		seen[m.ID] = true
+		if k := keyOf(m); m.AggregateVersion != last[k]+1 {
+			t.Fatalf("aggregate %s: first delivery of version %d after version %d", k, m.AggregateVersion, last[k])
 		}
-		last[m.AggregateID] = m.AggregateVersion
+		last[keyOf(m)] = m.AggregateVersion
 	}
 }
 
 // waitSQL waits until the integer query returns want.
 func waitSQL(t *testing.T, pool *pgxpool.Pool, timeout time.Duration, want int, sql string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	got := -1
-	for time.Now().Before(deadline) {
-		if got = queryInt(t, pool, sql, args...); got == want {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !eventually(timeout, func() bool { got = queryInt(t, pool, sql, args...); return got == want }) {
+		t.Fatalf("after %s: %s = %d, want %d", timeout, sql, got, want)
 	}
-	t.Fatalf("after %s: %s = %d, want %d", timeout, sql, got, want)
 }
 
 func parseIDs(t testing.TB, ids ...string) []uuid.UUID {

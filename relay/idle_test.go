@@ -7,6 +7,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // An idle relay with the default settings (ordered, leases, LISTEN wake-ups; and
@@ -26,7 +27,7 @@ func idleRelayCost(t *testing.T, mode relay.Mode) {
 	connString := pgtest.ConnString(t, nil)
 	pool := pgtest.PoolFor(t, connString)
 	relayPool, queries := countedPool(t, connString)
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	r := newRelay(t, relayPool, sink, &relay.Config{Mode: mode})
 	start(t, r)
 	// Settle in: leases taken (ordered) or membership announced (unordered), listener
@@ -36,13 +37,7 @@ func idleRelayCost(t *testing.T, mode relay.Mode) {
 	} else {
 		waitSQL(t, pool, 20*time.Second, 1, `SELECT count(*) FROM outbox.relay_members WHERE owner = $1`, r.Owner())
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !r.Stats().WakeupListening && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) //nolint:forbidigo // polling a flag with a deadline
-	}
-	if !r.Stats().WakeupListening {
-		t.Fatal("listener never came up")
-	}
+	waitUntil(t, 10*time.Second, "the listener to come up", func() bool { return r.Stats().WakeupListening })
 	before := queries.n.Load()
 	const window = 10 * time.Second
 	time.Sleep(window) //nolint:forbidigo // the idle window is what is measured
@@ -61,6 +56,6 @@ func idleRelayCost(t *testing.T, mode relay.Mode) {
 	enqueue(t, pool, []string{"idle"}, 1)
 	notifier.AfterCommit(t.Context())
 	began := time.Now()
-	sink.waitFor(t, 3*time.Second, "the notified event", func(m []outbox.Message) bool { return len(m) == 1 })
+	waitFor(t, sink, 3*time.Second, "the notified event", func(m []outbox.Message) bool { return len(m) == 1 })
 	t.Logf("woken and published %s after the notify", time.Since(began))
 }

@@ -8,6 +8,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,10 +74,9 @@ func waitDelivered(t *testing.T, s *memsink.Sink, prefix string, n int, timeout 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
-	for deliveredOf(s, prefix) < n {
-		if err := s.WaitFor(ctx, len(s.Messages())+1); err != nil {
-			t.Fatalf("%d of %d events of %s… delivered: %s", deliveredOf(s, prefix), n, prefix, why)
-		}
+	others := func(m outbox.Message) bool { return !strings.HasPrefix(m.AggregateID, prefix) }
+	if _, err := s.WaitUntil(ctx, func(msgs []outbox.Message) bool { return distinctIDs(slices.DeleteFunc(msgs, others)) >= n }); err != nil {
+		t.Fatalf("%d of %d events of %s… delivered: %s", deliveredOf(s, prefix), n, prefix, why)
 	}
 }
 

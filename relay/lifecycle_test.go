@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 func TestConfigValidationNamesTheField(t *testing.T) {
@@ -35,7 +36,7 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		"BreakerMinAggreg": {BreakerMinAggregates: -1},
 	}
 	for field, cfg := range cases {
-		_, err := relay.New(pool, newTestSink(), cfg)
+		_, err := relay.New(pool, &memsink.Sink{}, cfg)
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: err = %v, want one naming the field", field, err)
 		}
@@ -45,7 +46,7 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}
 	// More batches in flight than the pool has connections: they would wait for each other.
 	tooMany := int(pool.Config().MaxConns) + 1
-	if _, err := relay.New(pool, newTestSink(), &relay.Config{Concurrency: tooMany}); err == nil || !strings.Contains(err.Error(), "MaxConns") {
+	if _, err := relay.New(pool, &memsink.Sink{}, &relay.Config{Concurrency: tooMany}); err == nil || !strings.Contains(err.Error(), "MaxConns") {
 		t.Errorf("Concurrency %d on a pool of %d: err = %v, want one naming MaxConns", tooMany, pool.Config().MaxConns, err)
 	}
 }
@@ -55,19 +56,19 @@ func TestConfigMismatchRefused(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	first := newRelay(t, pool, newTestSink(), fastConfig())
+	first := newRelay(t, pool, &memsink.Sink{}, fastConfig())
 	done := make(chan error, 1)
 	go func() { done <- first.Run(ctx) }()
 	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.relay_config WHERE mode = 'ordered' AND partitions = 16`)
 	cfg := fastConfig()
 	cfg.Mode = relay.Unordered
-	err := newRelay(t, pool, newTestSink(), cfg).Run(context.Background())
+	err := newRelay(t, pool, &memsink.Sink{}, cfg).Run(context.Background())
 	if !errors.Is(err, relay.ErrConfigMismatch) || !strings.Contains(err.Error(), "mode=unordered") {
 		t.Fatalf("err = %v, want ErrConfigMismatch naming the modes", err)
 	}
 	cfg = fastConfig()
 	cfg.Partitions = 8
-	if err := newRelay(t, pool, newTestSink(), cfg).Run(context.Background()); !errors.Is(err, relay.ErrConfigMismatch) {
+	if err := newRelay(t, pool, &memsink.Sink{}, cfg).Run(context.Background()); !errors.Is(err, relay.ErrConfigMismatch) {
 		t.Fatalf("partitions: err = %v", err)
 	}
 	cancel()
@@ -90,16 +91,16 @@ func TestRetentionModes(t *testing.T) {
 			}
 			cfg := fastConfig()
 			cfg.Retention = relay.Retention{Mode: mode, Keep: time.Millisecond, BatchSize: 7, Interval: time.Hour}
-			sink := newTestSink()
+			sink := &memsink.Sink{}
 			r := newRelay(t, pool, sink, cfg)
 			start(t, r)
-			sink.waitFor(t, 10*time.Second, "45 events", func(m []outbox.Message) bool { return len(m) == 45 })
+			waitFor(t, sink, 10*time.Second, "45 events", func(m []outbox.Message) bool { return len(m) == 45 })
 			switch mode {
 			case relay.DeleteOnPublish:
 				waitSQL(t, pool, 10*time.Second, 5, `SELECT count(*) FROM outbox.events`)
 			default:
-				waitSQL(t, pool, 10*time.Second, 45, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
-				time.Sleep(5 * time.Millisecond) //nolint:forbidigo // let Keep (1 ms) pass
+				// Published, and longer ago than Keep (1 ms) by the database's clock, as Purge judges.
+				waitSQL(t, pool, 10*time.Second, 45, `SELECT count(*) FROM outbox.events WHERE published_at < now() - interval '1 millisecond'`)
 				n, err := r.Purge(context.Background())
 				if err != nil || n != 45 {
 					t.Fatalf("Purge = %d, %v; want 45", n, err)
@@ -142,7 +143,7 @@ func TestPurgeRacesReplay(t *testing.T) {
 	}
 	cfg := fastConfig()
 	cfg.Retention = relay.Retention{Keep: time.Minute, BatchSize: 3}
-	r := newRelay(t, pool, newTestSink(), cfg) // not started: Purge is called directly
+	r := newRelay(t, pool, &memsink.Sink{}, cfg) // not started: Purge is called directly
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for range 20 {
@@ -220,8 +221,7 @@ func TestGracefulShutdown(t *testing.T) {
 			pool := pgtest.Pool(t)
 			enqueue(t, pool, aggregates("g", 50), 10) // 500 events
 			publishing := make(chan struct{}, 1)
-			sink := newTestSink()
-			sink.onPublish = func([]outbox.Message) {}
+			sink := &memsink.Sink{}
 			slow := &slowSink{inner: sink, delay: 400 * time.Millisecond, started: publishing}
 			cfg := fastConfig()
 			cfg.BatchSize = 50
@@ -254,28 +254,4 @@ func TestGracefulShutdown(t *testing.T) {
 			}
 		})
 	}
-}
-
-// slowSink delays every publish (honouring ctx) and signals when a publish starts.
-type slowSink struct {
-	inner   outbox.Sink
-	delay   time.Duration
-	started chan struct{}
-}
-
-func (s *slowSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	select {
-	case s.started <- struct{}{}:
-	default:
-	}
-	select {
-	case <-time.After(s.delay):
-	case <-ctx.Done():
-		errs := make([]error, len(msgs))
-		for i := range errs {
-			errs[i] = ctx.Err()
-		}
-		return errs
-	}
-	return s.inner.Publish(ctx, msgs)
 }

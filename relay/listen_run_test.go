@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // With the default Wakeup, Run starts the listener: Notifier wake-ups reach the relay
@@ -17,7 +17,7 @@ import (
 func TestRunStartsWakeupListener(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	cfg := slowPollConfig()
 	cfg.Wakeup = "" // the default: listen
 	r := newRelay(t, pool, sink, cfg)
@@ -27,7 +27,7 @@ func TestRunStartsWakeupListener(t *testing.T) {
 	for i := range 3 {
 		id := fmt.Sprintf("woken-%d", i)
 		enqueueOne(t, pool, n, id)
-		sink.waitFor(t, wakeDeadline, id, delivered(id))
+		waitFor(t, sink, wakeDeadline, id, delivered(id))
 	}
 
 	old := terminateListeners(t, pool)
@@ -36,7 +36,7 @@ func TestRunStartsWakeupListener(t *testing.T) {
 		return len(now) == 1 && now[0] != old[0]
 	})
 	enqueueOne(t, pool, n, "after-kill")
-	sink.waitFor(t, wakeDeadline, "after-kill", delivered("after-kill"))
+	waitFor(t, sink, wakeDeadline, "after-kill", delivered("after-kill"))
 
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -48,13 +48,13 @@ func TestRunStartsWakeupListener(t *testing.T) {
 func TestRunWakeupPollHasNoListener(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	cfg := fastConfig()
 	cfg.Wakeup = relay.WakeupPoll
 	r := newRelay(t, pool, sink, cfg)
 	start(t, r)
 	enqueue(t, pool, aggregates("p", 3), 3)
-	sink.waitFor(t, 20*time.Second, "9 events", func(m []outbox.Message) bool { return distinctIDs(m) == 9 })
+	waitFor(t, sink, 20*time.Second, "9 events", distinct(9))
 	if pids := listenerPIDs(t, pool); len(pids) != 0 {
 		t.Fatalf("Wakeup poll, yet listener backends %v", pids)
 	}
@@ -66,7 +66,7 @@ func TestRunWakeupPollHasNoListener(t *testing.T) {
 func TestConfigWakeupValidated(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	_, err := relay.New(pool, newTestSink(), &relay.Config{Wakeup: "push"})
+	_, err := relay.New(pool, &memsink.Sink{}, &relay.Config{Wakeup: "push"})
 	if err == nil || !strings.Contains(err.Error(), "Wakeup") {
 		t.Fatalf("Wakeup push: err = %v; want an error naming Wakeup", err)
 	}

@@ -17,28 +17,13 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // Wake-up tests. Each starts the listener itself with relay.StartListener (to tune it),
 // on a relay whose own listener is off (manualListener); listen_run_test.go checks the
 // listener that Run starts. The relays use a long PollInterval where a test shows that
 // a wake-up, not a poll, delivered an event.
-
-// waitUntil polls cond until it holds, failing t after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		case <-tick.C:
-		}
-	}
-}
 
 // waitChan waits for ch to be closed or to deliver, failing t after timeout.
 func waitChan[T any](t *testing.T, ch <-chan T, timeout time.Duration, what string) {
@@ -48,6 +33,15 @@ func waitChan[T any](t *testing.T, ch <-chan T, timeout time.Duration, what stri
 	case <-time.After(timeout):
 		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
+}
+
+// listening starts, for the rest of t, a wake-up listener for r tuned by opts (see
+// relay.StartListener), and waits until its self-test has passed.
+func listening(t *testing.T, r *relay.Relay, opts relay.ListenerOptions) *relay.TestListener {
+	t.Helper()
+	lst := relay.StartListener(t, r, opts)
+	waitUntil(t, 10*time.Second, "self-test passed", func() bool { return lst.SelfTest() == "passed" })
+	return lst
 }
 
 // newNotifier returns a Notifier on pool, closed when t ends.
@@ -77,17 +71,6 @@ func enqueueOne(t *testing.T, pool *pgxpool.Pool, n *outbox.Notifier, id string)
 	}, after...)
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-func delivered(id string) func([]outbox.Message) bool {
-	return func(msgs []outbox.Message) bool {
-		for _, m := range msgs {
-			if m.AggregateID == id {
-				return true
-			}
-		}
-		return false
 	}
 }
 
@@ -140,15 +123,14 @@ const wakeDeadline = 2 * time.Second
 func TestWakeupListenerReconnectsAfterTerminate(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	r := newRelay(t, pool, sink, slowPollConfig())
 	start(t, r)
-	lst := relay.StartListener(t, r, relay.ListenerOptions{})
-	waitUntil(t, 10*time.Second, "self-test passed", func() bool { return lst.SelfTest() == "passed" })
+	lst := listening(t, r, relay.ListenerOptions{})
 	n := newNotifier(t, pool)
 
 	enqueueOne(t, pool, n, "before-kill")
-	sink.waitFor(t, wakeDeadline, "the event before the kill, woken by the notifier", delivered("before-kill"))
+	waitFor(t, sink, wakeDeadline, "the event before the kill, woken by the notifier", delivered("before-kill"))
 
 	old := terminateListeners(t, pool)
 	waitUntil(t, 10*time.Second, "the listener to reconnect", func() bool { return lst.Connects() >= 2 })
@@ -160,7 +142,7 @@ func TestWakeupListenerReconnectsAfterTerminate(t *testing.T) {
 		before := lst.Notifications()
 		id := fmt.Sprintf("after-kill-%d", i)
 		enqueueOne(t, pool, n, id)
-		sink.waitFor(t, wakeDeadline, id+", woken through the new connection", delivered(id))
+		waitFor(t, sink, wakeDeadline, id+", woken through the new connection", delivered(id))
 		// The relay may have found the event on its own (it looks again right after
 		// a non-empty batch), but the wake-up must reach the reconnected listener.
 		waitUntil(t, wakeDeadline, "the reconnected listener to receive "+id+"'s wake-up",
@@ -175,7 +157,7 @@ func TestWakeupListenerReconnectsAfterTerminate(t *testing.T) {
 func TestWakeupLostWhileDisconnectedIsRecovered(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	r := newRelay(t, pool, sink, slowPollConfig())
 	start(t, r)
 	var (
@@ -183,7 +165,7 @@ func TestWakeupLostWhileDisconnectedIsRecovered(t *testing.T) {
 		blocked  = make(chan struct{})
 		release  = make(chan struct{})
 	)
-	lst := relay.StartListener(t, r, relay.ListenerOptions{BeforeConnect: func(ctx context.Context) {
+	listening(t, r, relay.ListenerOptions{BeforeConnect: func(ctx context.Context) {
 		if attempts.Add(1) == 2 { // the reconnect after the kill: hold it
 			close(blocked)
 			select {
@@ -192,7 +174,6 @@ func TestWakeupLostWhileDisconnectedIsRecovered(t *testing.T) {
 			}
 		}
 	}})
-	waitUntil(t, 10*time.Second, "self-test passed", func() bool { return lst.SelfTest() == "passed" })
 
 	terminateListeners(t, pool)
 	waitChan(t, blocked, 10*time.Second, "the listener to notice the kill")
@@ -202,7 +183,7 @@ func TestWakeupLostWhileDisconnectedIsRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	sink.waitFor(t, wakeDeadline, "the event committed while the listener was away", delivered("while-away"))
+	waitFor(t, sink, wakeDeadline, "the event committed while the listener was away", delivered("while-away"))
 }
 
 // TESTPLAN #17, notifications dropped entirely (nobody notifies: no Notifier, no
@@ -210,21 +191,20 @@ func TestWakeupLostWhileDisconnectedIsRecovered(t *testing.T) {
 func TestWakeupDroppedFallbackPollDelivers(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	cfg := manualListener(fastConfig())
 	cfg.PollInterval = 500 * time.Millisecond
 	cfg.Mode = relay.Unordered // no lease rounds to delay a claim
 	r := newRelay(t, pool, sink, cfg)
 	start(t, r)
-	lst := relay.StartListener(t, r, relay.ListenerOptions{})
-	waitUntil(t, 10*time.Second, "self-test passed", func() bool { return lst.SelfTest() == "passed" })
+	lst := listening(t, r, relay.ListenerOptions{})
 
 	// One poll interval, plus a margin for the claim under -race on a busy machine.
 	const slack = 700 * time.Millisecond
 	for i := range 3 {
 		id := fmt.Sprintf("unannounced-%d", i)
 		enqueueOne(t, pool, nil, id)
-		sink.waitFor(t, cfg.PollInterval+slack, id+" by polling", delivered(id))
+		waitFor(t, sink, cfg.PollInterval+slack, id+" by polling", delivered(id))
 	}
 	if got := lst.Notifications(); got != 0 {
 		t.Fatalf("listener received %d notifications; nothing should have notified", got)
@@ -265,7 +245,7 @@ func (h *recorder) warnings() []string {
 func TestWakeupSelfTestFailureFallsBackToPolling(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	r := newRelay(t, pool, sink, manualListener(fastConfig()))
 	start(t, r)
 	logs := &recorder{}
@@ -286,7 +266,7 @@ func TestWakeupSelfTestFailureFallsBackToPolling(t *testing.T) {
 	waitUntil(t, 10*time.Second, "the listener's backend to go", func() bool { return len(listenerPIDs(t, pool)) == 0 })
 
 	enqueue(t, pool, aggregates("pgb", 10), 5)
-	sink.waitFor(t, 20*time.Second, "50 events by polling", func(m []outbox.Message) bool { return distinctIDs(m) == 50 })
+	waitFor(t, sink, 20*time.Second, "50 events by polling", distinct(50))
 	waitSQL(t, pool, 10*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
 }
 
@@ -295,9 +275,8 @@ func TestWakeupSelfTestFailureFallsBackToPolling(t *testing.T) {
 func TestWakeupListenerIsSilentWhileIdle(t *testing.T) {
 	t.Parallel()
 	pool, queries := countedPool(t, pgtest.ConnString(t, nil))
-	r := newRelay(t, pool, newTestSink(), slowPollConfig()) // not started: only the listener runs
-	lst := relay.StartListener(t, r, relay.ListenerOptions{})
-	waitUntil(t, 10*time.Second, "self-test passed", func() bool { return lst.SelfTest() == "passed" })
+	r := newRelay(t, pool, &memsink.Sink{}, slowPollConfig()) // not started: only the listener runs
+	lst := listening(t, r, relay.ListenerOptions{})
 	before := queries.n.Load()
 	idle := time.NewTimer(1500 * time.Millisecond) // proving an absence takes a wait
 	<-idle.C
@@ -335,16 +314,15 @@ func TestNotifyTriggerOptIn(t *testing.T) {
 		t.Fatalf("%d triggers after install, want 1", n)
 	}
 
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	r := newRelay(t, pool, sink, slowPollConfig())
 	start(t, r)
-	lst := relay.StartListener(t, r, relay.ListenerOptions{})
-	waitUntil(t, 10*time.Second, "self-test passed", func() bool { return lst.SelfTest() == "passed" })
+	lst := listening(t, r, relay.ListenerOptions{})
 	for i := range 2 {
 		id := fmt.Sprintf("triggered-%d", i)
 		before := lst.Notifications()
 		enqueueOne(t, pool, nil, id)
-		sink.waitFor(t, wakeDeadline, id+", woken by the trigger", delivered(id))
+		waitFor(t, sink, wakeDeadline, id+", woken by the trigger", delivered(id))
 		waitUntil(t, wakeDeadline, id+"'s notification", func() bool { return lst.Notifications() > before })
 	}
 

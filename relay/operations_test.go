@@ -14,6 +14,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // A discarded event no longer holds its aggregate: the later events went out past it.
@@ -24,13 +25,12 @@ func TestReplayRefusesDiscardedEvents(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	enqueue(t, pool, []string{"gone", "held"}, 2)
-	sink := newTestSink()
-	sink.fail = func(m outbox.Message) error {
+	sink := &memsink.Sink{FailFunc: func(m outbox.Message) error {
 		if m.AggregateVersion == 1 {
 			return outbox.Permanent(errors.New("refused"))
 		}
 		return nil
-	}
+	}}
 	start(t, newRelay(t, pool, sink, fastConfig()))
 	waitSQL(t, pool, 10*time.Second, 2, `SELECT count(*) FROM outbox.dead_letters`)
 	idOf := func(agg string, version int) uuid.UUID {
@@ -96,7 +96,7 @@ func TestRetentionCutoffIsTheDatabaseClock(t *testing.T) {
 	traced := &purgeArgs{}
 	cfg := fastConfig()
 	cfg.Retention = relay.Retention{Keep: time.Hour}
-	r := newRelay(t, tracedPool(t, connString, traced), newTestSink(), cfg)
+	r := newRelay(t, tracedPool(t, connString, traced), &memsink.Sink{}, cfg)
 	n, err := r.Purge(context.Background())
 	if err != nil || n != 2 {
 		t.Fatalf("Purge = %d, %v; want the 2 old events", n, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // poisonRows are rows written out of band that make every claim including them fail.
@@ -90,19 +91,19 @@ func TestPoisonRowCannotStopTheRelay(t *testing.T) {
 					t.Fatal(err)
 				}
 				enqueue(t, pool, aggregates("after", 15), 1)
-				sink := newTestSink()
+				sink := &memsink.Sink{}
 				cfg := fastConfig()
 				cfg.Mode, cfg.Retention.Mode = shape.mode, shape.retention
 				r := newRelay(t, pool, sink, cfg)
 				started := time.Now()
 				start(t, r)
-				sink.waitFor(t, p.within, "the 25 other events", func(m []outbox.Message) bool { return distinctIDs(m) == 25 })
+				waitFor(t, sink, p.within, "the 25 other events", distinct(25))
 				t.Logf("the 25 other events delivered %s after the relay started", time.Since(started).Round(time.Millisecond))
 				waitSQL(t, pool, p.within, 1, `SELECT count(*) FROM outbox.dead_letters WHERE aggregate_id = 'poison' AND last_error LIKE '%`+p.why+`%'`)
 				if st := r.Stats(); st.PoisonRows != 1 {
 					t.Fatalf("stats %+v: want one poison row", st)
 				}
-				for _, m := range sink.messages() {
+				for _, m := range sink.Messages() {
 					if m.AggregateID == "poison" {
 						t.Fatal("the poison row was published")
 					}
@@ -122,9 +123,9 @@ func TestHugeExponentsAreDeliveredAsWritten(t *testing.T) {
 		VALUES (gen_random_uuid(), 'order', 'big', 'x', $1::json)`, payload); err != nil {
 		t.Fatal(err)
 	}
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	start(t, newRelay(t, pool, sink, fastConfig()))
-	msgs := sink.waitFor(t, 5*time.Second, "the event", func(m []outbox.Message) bool { return len(m) == 1 })
+	msgs := waitFor(t, sink, 5*time.Second, "the event", func(m []outbox.Message) bool { return len(m) == 1 })
 	if string(msgs[0].Payload) != payload {
 		t.Fatalf("payload delivered as %d bytes, written %d", len(msgs[0].Payload), len(payload))
 	}
@@ -158,7 +159,7 @@ func TestClaimsNarrowUnderAStatementTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(relayPool.Close)
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	rc := fastConfig()
 	rc.Mode, rc.BatchSize = relay.Unordered, 1000
 	r := newRelay(t, relayPool, sink, rc)

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 func TestPublishesEverythingInOrder(t *testing.T) {
@@ -22,12 +23,12 @@ func TestPublishesEverythingInOrder(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
 			enqueue(t, pool, aggregates("a", 20), 15)
-			sink := newTestSink()
+			sink := &memsink.Sink{}
 			cfg := fastConfig()
 			cfg.Mode = mode
 			cfg.BatchSize = 17
 			start(t, newRelay(t, pool, sink, cfg))
-			msgs := sink.waitFor(t, 30*time.Second, "300 events", func(m []outbox.Message) bool { return distinctIDs(m) == 300 })
+			msgs := waitFor(t, sink, 30*time.Second, "300 events", distinct(300))
 			if mode == relay.Ordered {
 				checkOrder(t, msgs)
 			}
@@ -45,7 +46,7 @@ func TestUnorderedNoDoubleClaim(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	enqueue(t, pool, aggregates("u", 100), 50)
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	cfg := fastConfig()
 	cfg.Mode = relay.Unordered
 	cfg.BatchSize = 25
@@ -55,7 +56,7 @@ func TestUnorderedNoDoubleClaim(t *testing.T) {
 		start(t, relays[i])
 	}
 	waitSQL(t, pool, 60*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
-	msgs := sink.messages()
+	msgs := sink.Messages()
 	if len(msgs) != 5000 || distinctIDs(msgs) != 5000 {
 		t.Fatalf("%d deliveries of %d distinct events, want 5000 of 5000", len(msgs), distinctIDs(msgs))
 	}
@@ -87,15 +88,15 @@ func TestOrderedBatchCutByMaxBatchEvents(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
 			enqueue(t, pool, aggregates("m", 5), 10)
-			sink := newTestSink()
+			sink := &memsink.Sink{}
 			var (
 				mu    sync.Mutex
-				sizes []map[string]int // events per aggregate, per sink call
+				sizes []map[aggregateKey]int // events per aggregate, per sink call
 			)
-			sink.onPublish = func(msgs []outbox.Message) {
-				per := map[string]int{}
+			sink.OnPublish = func(msgs []outbox.Message, _ []error) {
+				per := map[aggregateKey]int{}
 				for _, m := range msgs {
-					per[m.AggregateID]++
+					per[keyOf(m)]++
 				}
 				mu.Lock()
 				sizes = append(sizes, per)
@@ -105,7 +106,7 @@ func TestOrderedBatchCutByMaxBatchEvents(t *testing.T) {
 			cfg.BatchSize, cfg.MaxPerAggregate, cfg.MaxBatchEvents = 5, 10, c.maxBatchEvents
 			cfg.PublishCalls = 1 // a sink call is a batch
 			start(t, newRelay(t, pool, sink, cfg))
-			checkOrder(t, sink.waitFor(t, 20*time.Second, "all 50 events", func(m []outbox.Message) bool { return distinctIDs(m) == 50 }))
+			checkOrder(t, waitFor(t, sink, 20*time.Second, "all 50 events", distinct(50)))
 			mu.Lock()
 			defer mu.Unlock()
 			first := sizes[0]
@@ -118,7 +119,7 @@ func TestOrderedBatchCutByMaxBatchEvents(t *testing.T) {
 				t.Fatalf("first batch: %v, want %d aggregates", first, c.aggregatesInFirstBatch)
 			}
 			for i := range c.aggregatesInFirstBatch { // the oldest heads: m0, m1, … were written first
-				if first[fmt.Sprintf("m%d", i)] == 0 {
+				if first[aggregateKey{"order", fmt.Sprintf("m%d", i)}] == 0 {
 					t.Fatalf("first batch %v lacks m%d, one of the oldest heads", first, i)
 				}
 			}
@@ -133,22 +134,15 @@ func TestLateAggregateNotStarvedByHeadHint(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	enqueue(t, pool, aggregates("old", 5), 100) // 500 events; 10 per batch below
-	sink := newTestSink()
+	sink := &memsink.Sink{}
 	var once sync.Once
-	sink.onPublish = func([]outbox.Message) {
+	sink.OnPublish = func([]outbox.Message, []error) {
 		once.Do(func() { enqueue(t, pool, []string{"late"}, 1) })
 	}
 	cfg := fastConfig()
 	cfg.BatchSize, cfg.MaxPerAggregate = 50, 2
 	start(t, newRelay(t, pool, sink, cfg))
-	msgs := sink.waitFor(t, 30*time.Second, "the late aggregate's event", func(m []outbox.Message) bool {
-		for _, x := range m {
-			if x.AggregateID == "late" {
-				return true
-			}
-		}
-		return false
-	})
+	msgs := waitFor(t, sink, 30*time.Second, "the late aggregate's event", delivered("late"))
 	before := 0
 	for _, m := range msgs {
 		if m.AggregateID == "late" {
@@ -160,7 +154,7 @@ func TestLateAggregateNotStarvedByHeadHint(t *testing.T) {
 	if before > 10+8*10 {
 		t.Fatalf("the late aggregate waited for %d events of the others", before)
 	}
-	checkOrder(t, sink.waitFor(t, 30*time.Second, "everything", func(m []outbox.Message) bool { return distinctIDs(m) == 501 }))
+	checkOrder(t, waitFor(t, sink, 30*time.Second, "everything", distinct(501)))
 }
 
 // One wake-up sets every worker of a relay with Concurrency > 1 to a backlog: a worker
@@ -179,8 +173,7 @@ func TestOneWakeUpSetsEveryWorkerToWork(t *testing.T) {
 	var inFlight, most atomic.Int32
 	together := make(chan struct{})
 	var once sync.Once
-	sink := newTestSink()
-	sink.onPublish = func([]outbox.Message) {
+	sink := &memsink.Sink{OnPublish: func([]outbox.Message, []error) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
 		for {
@@ -196,24 +189,18 @@ func TestOneWakeUpSetsEveryWorkerToWork(t *testing.T) {
 		case <-together:
 		case <-time.After(time.Second):
 		}
-	}
+	}}
 	cfg := fastConfig()
 	cfg.Mode, cfg.Concurrency, cfg.BatchSize = relay.Unordered, workers, 5
 	cfg.Wakeup, cfg.PollInterval = relay.WakeupPoll, time.Hour
 	r := newRelay(t, relayPool, sink, cfg)
 	start(t, r)
 	// Every worker claims once at start, finds nothing and sleeps for an hour.
-	deadline := time.Now().Add(10 * time.Second)
-	for claims.n.Load() < workers && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling a counter with a deadline
-	}
-	if claims.n.Load() < workers {
-		t.Fatalf("%d claims at start, want %d", claims.n.Load(), workers)
-	}
+	waitUntil(t, 10*time.Second, fmt.Sprintf("%d claims at start", workers), func() bool { return claims.n.Load() >= workers })
 
 	enqueue(t, pool, aggregates("w", 30), 1)
 	r.Wake()
-	sink.waitFor(t, 30*time.Second, "30 events", func(m []outbox.Message) bool { return distinctIDs(m) == 30 })
+	waitFor(t, sink, 30*time.Second, "30 events", distinct(30))
 	if got := most.Load(); got != workers {
 		t.Fatalf("at most %d batches were published at once after one wake-up, want %d (Concurrency)", got, workers)
 	}
@@ -227,15 +214,14 @@ func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
 	connString := pgtest.ConnString(t, nil)
 	pool := pgtest.PoolFor(t, connString)
 	type gauge struct{ inFlight, most atomic.Int32 }
-	newSink := func(g *gauge) *testSink {
-		s := newTestSink()
-		s.onPublish = func([]outbox.Message) {
+	newSink := func(g *gauge) *memsink.Sink {
+		s := &memsink.Sink{OnPublish: func([]outbox.Message, []error) {
 			n := g.inFlight.Add(1)
 			defer g.inFlight.Add(-1)
 			for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
 			}
-			time.Sleep(20 * time.Millisecond) //nolint:forbidigo // a slow sink, so batches overlap
-		}
+			time.Sleep(20 * time.Millisecond) //nolint:forbidigo // the sink's latency is the test's input: batches overlap
+		}}
 		return s
 	}
 	waitMost := func(g *gauge, want int32, what string) {
@@ -270,13 +256,18 @@ func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
 	stopB := start(t, rb)
 	waitWorkers(ra, 1) // a heartbeat (every LeaseTTL/3) each: they count each other
 	waitWorkers(rb, 1)
-	time.Sleep(50 * time.Millisecond) //nolint:forbidigo // a second batch started before the count ends
+	// A batch started before the count changed ends before the gauges start again: the
+	// first backlog is published (and committed) first.
+	published := func(n int64) func() bool {
+		return func() bool { return ra.Stats().Published+rb.Stats().Published >= n }
+	}
+	waitUntil(t, 30*time.Second, "the first backlog published", published(400))
 	ga.most.Store(0)
 	gb.most.Store(0) // the second relay may have run two before its first heartbeat
 	enqueue(t, pool, aggregates("pair", 1000), 1)
 	ra.Wake()
 	rb.Wake()
-	time.Sleep(time.Second) //nolint:forbidigo // both relays publish the backlog for a while
+	waitUntil(t, 30*time.Second, "half the second backlog published", published(400+500))
 	if a, b := ga.most.Load(), gb.most.Load(); a != 1 || b != 1 {
 		t.Fatalf("two relays: at most %d and %d batches in flight, want 1 each", a, b)
 	}
@@ -289,9 +280,7 @@ func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
 	ra.Wake()
 	waitMost(&ga, 2, "the relay left alone")
 	waitWorkers(ra, 2)
-	sa.waitFor(t, 30*time.Second, "every event", func(m []outbox.Message) bool {
-		return distinctIDs(append(m, sb.messages()...)) == 2400
-	})
+	waitUntil(t, 30*time.Second, "every event", func() bool { return distinctIDs(append(sa.Messages(), sb.Messages()...)) == 2400 })
 }
 
 // claimCounter counts the claim batches a pool sends (those that set the claim's jit

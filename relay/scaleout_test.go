@@ -1,37 +1,14 @@
 package relay_test
 
 import (
-	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
-
-// countingSink counts what one relay published through a shared sink, and takes delay
-// per call, so that a backlog lasts while relays join.
-type countingSink struct {
-	shared    outbox.Sink
-	delay     time.Duration
-	published atomic.Int64
-}
-
-func (s *countingSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	select {
-	case <-time.After(s.delay):
-	case <-ctx.Done():
-	}
-	errs := s.shared.Publish(ctx, msgs)
-	for _, err := range errs {
-		if err == nil {
-			s.published.Add(1)
-		}
-	}
-	return errs
-}
 
 // Ordered scale-out with a backlog: relays that join a relay already draining a backlog,
 // and relays started together on one, each get their share of the partitions within
@@ -48,20 +25,20 @@ func TestRelaysJoiningABacklogTakeTheirShare(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
 			enqueue(t, pool, aggregates("j", 400), 10) // 4,000 events
-			shared := newTestSink()
+			shared := &memsink.Sink{}
 			cfg := func() *relay.Config {
 				c := fastConfig()
 				c.BatchSize, c.MaxPerAggregate = 10, 1 // ~10 events per 20 ms call: the backlog lasts
 				return c
 			}
-			sinks := make([]*countingSink, 4)
+			sinks := make([]*slowSink, 4) // per relay, counting what it published, so a backlog lasts while relays join
 			for i := range sinks {
-				sinks[i] = &countingSink{shared: shared, delay: 20 * time.Millisecond}
+				sinks[i] = &slowSink{inner: shared, delay: 20 * time.Millisecond}
 			}
 			first := 0
 			if joining {
 				start(t, newRelay(t, pool, sinks[0], cfg()))
-				shared.waitFor(t, 10*time.Second, "the first relay to publish", func(m []outbox.Message) bool { return len(m) >= 100 })
+				waitFor(t, shared, 10*time.Second, "the first relay to publish", func(m []outbox.Message) bool { return len(m) >= 100 })
 				first = 1
 			}
 			joined := time.Now()
@@ -69,17 +46,14 @@ func TestRelaysJoiningABacklogTakeTheirShare(t *testing.T) {
 				start(t, newRelay(t, pool, s, cfg()))
 			}
 			// Within about one LeaseTTL (1 s here), every relay publishes.
-			deadline := joined.Add(2500 * time.Millisecond)
-			for time.Now().Before(deadline) {
-				all := true
+			eventually(time.Until(joined.Add(2500*time.Millisecond)), func() bool {
 				for _, s := range sinks {
-					all = all && s.published.Load() > 0
+					if s.published.Load() == 0 {
+						return false
+					}
 				}
-				if all {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return true
+			})
 			counts := make([]int64, len(sinks))
 			for i, s := range sinks {
 				counts[i] = s.published.Load()
@@ -93,7 +67,7 @@ func TestRelaysJoiningABacklogTakeTheirShare(t *testing.T) {
 			}
 			t.Logf("published per relay %s after joining: %v; %d pending", time.Since(joined).Round(time.Millisecond), counts, backlog)
 			waitSQL(t, pool, 60*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
-			checkOrder(t, shared.messages())
+			checkOrder(t, shared.Messages())
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // However many aggregates cannot be claimed now — held by a dead event, backing off
@@ -52,12 +53,12 @@ func TestUnclaimableAggregatesNeverStarveAClaimableOne(t *testing.T) {
 				if _, err := pool.Exec(context.Background(), `ANALYZE outbox.events`); err != nil {
 					t.Fatal(err)
 				}
-				sink := newTestSink()
+				sink := &memsink.Sink{}
 				cfg := fastConfig()
 				cfg.Mode = relay.Ordered
 				start(t, newRelay(t, pool, sink, cfg))
 				waitSQL(t, pool, 5*time.Second, 6, `SELECT count(*) FROM outbox.events WHERE aggregate_id LIKE 'z%' AND published_at IS NOT NULL`)
-				checkOrder(t, sink.messages())
+				checkOrder(t, sink.Messages())
 				if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE aggregate_id LIKE 'a%' AND published_at IS NOT NULL`); n != 0 {
 					t.Fatalf("%d unclaimable events were published", n)
 				}

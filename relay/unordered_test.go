@@ -14,6 +14,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
 )
 
 // Unordered mode marks (or deletes) a batch as published in its claim statement and puts
@@ -73,8 +74,7 @@ func TestUnorderedClaimPutsBackWhatWasNotPublished(t *testing.T) {
 				seen  = map[string]int{}              // deliveries attempted per event id, after the outage
 				tries = map[string][]outbox.Message{} // every message the sink was handed, by event id
 			)
-			sink := newTestSink()
-			sink.fail = func(m outbox.Message) error {
+			sink := &memsink.Sink{FailFunc: func(m outbox.Message) error {
 				mu.Lock()
 				defer mu.Unlock()
 				tries[m.ID.String()] = append(tries[m.ID.String()], m)
@@ -93,8 +93,8 @@ func TestUnorderedClaimPutsBackWhatWasNotPublished(t *testing.T) {
 					return outbox.Unavailable(errors.New("partition leader moved")) // not the message's fault
 				}
 				return nil
-			}
-			sink.onPublish = func([]outbox.Message) { mu.Lock(); calls++; mu.Unlock() }
+			}}
+			sink.OnPublish = func([]outbox.Message, []error) { mu.Lock(); calls++; mu.Unlock() }
 			cfg := fastConfig()
 			cfg.Mode = relay.Unordered
 			cfg.Retention.Mode = mode
@@ -111,14 +111,12 @@ func TestUnorderedClaimPutsBackWhatWasNotPublished(t *testing.T) {
 					wantPublished++
 				}
 			}
-			msgs := sink.waitFor(t, time.Minute, "every publishable event", func(m []outbox.Message) bool { return distinctIDs(m) == wantPublished })
-			waitSQL(t, pool, 30*time.Second, 4, `SELECT count(*) FROM outbox.dead_letters WHERE last_error = 'permanent: rejected by the broker'
+			msgs := waitFor(t, sink, time.Minute, "every publishable event", distinct(wantPublished))
+			waitSQL(t, pool, 30*time.Second, 4, `SELECT count(*) FROM outbox.dead_letters WHERE last_error = 'deliver event ' || id || ': permanent: rejected by the broker'
 				OR last_error LIKE 'undecodable row: headers%'`)
 			// The last batches commit after their messages reached the sink.
 			waitSQL(t, pool, 30*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL AND dead_at IS NULL`)
-			for deadline := time.Now().Add(10 * time.Second); r.Stats().Published < int64(wantPublished) && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Millisecond) //nolint:forbidigo // polling a counter with a deadline
-			}
+			waitUntil(t, 10*time.Second, "Stats().Published to count every publishable event", func() bool { return r.Stats().Published >= int64(wantPublished) })
 
 			// Every time the sink was handed an event, it was the same message apart from
 			// its attempt: a row put back lost nothing. Rows of every shape came back.

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,26 +49,48 @@ func TestWaitingWorkerPassesWakeUpOn(t *testing.T) {
 			t.Errorf("work: %v", err)
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for batches.n.Load() == 0 && time.Now().Before(deadline) { // its first claim (empty)
-		time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling a counter with a deadline
+	// Its first claim finds nothing: the worker idles until woken. Once it stands in
+	// that wait, a wake-up goes to it, not into the channel's buffer, so what the
+	// channel holds afterwards is what the worker passed on.
+	if !poll(10*time.Second, idleWorker) {
+		t.Fatal("the worker never went idle")
 	}
-	if batches.n.Load() == 0 {
-		t.Fatal("the worker never claimed")
-	}
-	time.Sleep(200 * time.Millisecond) //nolint:forbidigo // the claim returns; the worker idles until woken
 
 	r.leases.members.Store(2) // a heartbeat found another relay: this worker must wait
 	r.Wake()                  // taken by the idle worker, the only one listening
-	for len(r.wake) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) //nolint:forbidigo // polling a channel with a deadline
-	}
-	if len(r.wake) == 0 {
+	if !poll(10*time.Second, func() bool { return len(r.wake) > 0 }) {
 		t.Fatal("the waiting worker kept the wake-up: the worker that runs batches would sleep through it")
 	}
 	if n := batches.n.Load(); n != 1 {
 		t.Fatalf("%d claims, want 1: a waiting worker must not claim", n)
 	}
+}
+
+// idleWorker reports whether the worker this test started stands in wait, as a worker
+// that waits for a wake-up does (nothing signals it; other tests' relays run beside).
+func idleWorker() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		header, frames, _ := strings.Cut(g, "\n")
+		if strings.Contains(header, "[select") && strings.HasPrefix(frames, "github.com/outboxkit/outbox/relay.wait(") &&
+			strings.Contains(frames, "relay.TestWaitingWorkerPassesWakeUpOn.func") {
+			return true
+		}
+	}
+	return false
+}
+
+// poll reports whether cond held within timeout, looking every 5 ms.
+func poll(timeout time.Duration, cond func() bool) bool {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(timeout); !cond(); <-tick.C {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // batchCounter counts the batches (claims) a pool sends.

@@ -40,7 +40,7 @@ func TestZombieRelayIsFenced(t *testing.T) {
 	if d := time.Since(paused); d > cfg.LeaseTTL+2*time.Second {
 		t.Fatalf("B took over %s after A was paused; lease TTL %s", d, cfg.LeaseTTL)
 	}
-	time.Sleep(2 * cfg.LeaseTTL) //nolint:forbidigo // B works while A stays paused
+	time.Sleep(2 * cfg.LeaseTTL) //nolint:forbidigo // the pause's length is the test's input: B works while A stays paused
 	a.signal(syscall.SIGCONT)
 
 	waitSQL(t, pool, 60*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)

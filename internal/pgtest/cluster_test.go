@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		os.Stdout.WriteString("CLUSTER " + c.Dir + "\n")
 		select {}
 	}
-	os.Exit(m.Run())
+	Main(m)
 }
 
 // A cluster ends with the test process that started it: when the test binary is killed

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/internal/leaktest"
 	"github.com/outboxkit/outbox/outboxmigrate"
 )
 
@@ -36,17 +37,29 @@ var (
 	templateDone = map[string]bool{}
 )
 
-// Main runs the package's tests and then stops the cluster this process started, if
-// any. Call it from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
-func Main(m *testing.M) {
+// Main runs the package's tests, drops the examples' databases, fails the run when the
+// tests left goroutines running (see [leaktest.Check]; allowed are those of the cluster
+// this process started, and those named by the prefixes in allowed), and then stops
+// that cluster. Call it from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
+func Main(m *testing.M, allowed ...string) {
 	code := m.Run()
 	runExampleCleanups()
+	// Checked while the server still runs: a goroutine left waiting on it would end, and
+	// hide, once it stops.
+	code = leaktest.Exit(code, append(allowed, clusterGoroutines...)...)
 	if cluster != nil {
 		if err := cluster.Destroy(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
 	os.Exit(code)
+}
+
+// clusterGoroutines are the functions of the goroutines the cluster runs while it is up
+// (one waits for the postmaster to exit, one starts it from a thread of its own).
+var clusterGoroutines = []string{
+	"github.com/outboxkit/outbox/internal/pgtest.(*Cluster).Start.func",
+	"github.com/outboxkit/outbox/internal/pgtest.startOnLockedThread.func",
 }
 
 func server() (string, error) {

@@ -1,6 +1,7 @@
 // Package memsink is an in-memory [outbox.Sink] for tests and demos. It records every
 // message it delivers, and can be made slow ([Sink.Latency]), refuse chosen messages
-// ([Sink.FailFunc]) or go down as a whole ([Sink.SetDown]).
+// ([Sink.FailFunc]), go down as a whole ([Sink.SetDown]) or tell a test about each call
+// ([Sink.OnPublish]).
 //
 //	sink := &memsink.Sink{}
 //	// … run the relay with sink …
@@ -35,9 +36,9 @@ type Delivery struct {
 }
 
 // Sink is an in-memory [outbox.Sink]. The zero value is ready to use and delivers
-// every message at once. Set FailFunc and Latency before the sink's first use and do
-// not change them while Publish may run; the other methods are safe for concurrent
-// use.
+// every message at once. Set FailFunc, Latency and OnPublish before the sink's first
+// use and do not change them while Publish may run; the other methods are safe for
+// concurrent use.
 type Sink struct {
 	// FailFunc, when set, is called before each message is delivered. When it returns
 	// an error, that message fails with it (wrapped) and is not delivered, and the
@@ -52,6 +53,13 @@ type Sink struct {
 	// delivered one after another. When ctx is done before a message is delivered,
 	// that message fails. Default 0.
 	Latency time.Duration
+
+	// OnPublish, when set, is called at the end of each Publish call with the call's
+	// messages and their results (one each, as Publish returns them), after the
+	// delivered ones are recorded and before Publish returns. It must not change msgs
+	// or errs. It may block, which holds the call (a test may keep calls in flight to
+	// count them), and it may be called from several goroutines at once. Default nil.
+	OnPublish func(msgs []outbox.Message, errs []error)
 
 	mu         sync.Mutex
 	deliveries []Delivery
@@ -78,6 +86,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			failed[agg] = true
 		}
 	}
+	if s.OnPublish != nil {
+		s.OnPublish(msgs, errs)
+	}
 	return errs
 }
 
@@ -102,6 +113,14 @@ func (s *Sink) deliver(ctx context.Context, m outbox.Message) error {
 		s.delivered = nil
 	}
 	return nil
+}
+
+// nextDelivery returns a channel closed at the next delivery. s.mu must be held.
+func (s *Sink) nextDelivery() <-chan struct{} {
+	if s.delivered == nil {
+		s.delivered = make(chan struct{})
+	}
+	return s.delivered
 }
 
 // wait waits d, or until ctx is done; it fails when ctx is already done.
@@ -150,6 +169,11 @@ func (s *Sink) Deliveries() []Delivery {
 func (s *Sink) Messages() []outbox.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.messages()
+}
+
+// messages is [Sink.Messages]; s.mu must be held.
+func (s *Sink) messages() []outbox.Message {
 	out := make([]outbox.Message, len(s.deliveries))
 	for i, d := range s.deliveries {
 		out[i] = clone(d.Message)
@@ -177,19 +201,37 @@ func (s *Sink) Reset() {
 func (s *Sink) WaitFor(ctx context.Context, n int) error {
 	for {
 		s.mu.Lock()
-		if len(s.deliveries) >= n {
-			s.mu.Unlock()
+		have, delivered := len(s.deliveries), s.nextDelivery()
+		s.mu.Unlock()
+		if have >= n {
 			return nil
 		}
-		if s.delivered == nil {
-			s.delivered = make(chan struct{})
-		}
-		delivered := s.delivered
-		s.mu.Unlock()
 		select {
 		case <-delivered:
 		case <-ctx.Done():
 			return fmt.Errorf("wait for %d deliveries (have %d): %w", n, s.Count(), ctx.Err())
+		}
+	}
+}
+
+// WaitUntil blocks until cond holds on the messages delivered since the last
+// [Sink.Reset], or ctx is done, and returns those messages. cond is called at once and
+// again after deliveries, from the waiting goroutine, each time with a copy of every
+// message delivered so far, in order of delivery, as [Sink.Messages] returns them (for
+// a count alone, [Sink.WaitFor] copies nothing). When ctx is done first, it returns the
+// messages cond saw last, with an error wrapping ctx's.
+func (s *Sink) WaitUntil(ctx context.Context, cond func(msgs []outbox.Message) bool) ([]outbox.Message, error) {
+	for {
+		s.mu.Lock()
+		msgs, delivered := s.messages(), s.nextDelivery()
+		s.mu.Unlock()
+		if cond(msgs) {
+			return msgs, nil
+		}
+		select {
+		case <-delivered:
+		case <-ctx.Done():
+			return msgs, fmt.Errorf("wait for a condition on the deliveries (have %d): %w", len(msgs), ctx.Err())
 		}
 	}
 }

@@ -3,8 +3,11 @@ package memsink_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/sink/memsink"
@@ -41,6 +44,38 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	sinktest.Run(t, func(*testing.T) sinktest.Harness {
 		return harness(&memsink.Sink{})
+	}, sinktest.Features{})
+}
+
+// With OnPublish set, the sink behaves the same, and the hook is told each call's
+// messages and the results Publish returns: nil for the delivered ones only.
+func TestConformanceWithOnPublish(t *testing.T) {
+	t.Parallel()
+	sinktest.Run(t, func(t *testing.T) sinktest.Harness {
+		s := &memsink.Sink{}
+		var calls atomic.Int64
+		s.OnPublish = func(msgs []outbox.Message, errs []error) {
+			calls.Add(1)
+			delivered := map[uuid.UUID]bool{}
+			for _, m := range s.Messages() {
+				delivered[m.ID] = true
+			}
+			if len(errs) != len(msgs) {
+				t.Errorf("OnPublish: %d results for %d messages", len(errs), len(msgs))
+				return
+			}
+			for i, m := range msgs {
+				if (errs[i] == nil) != delivered[m.ID] {
+					t.Errorf("OnPublish: message %s has result %v, delivered %v", m.ID, errs[i], delivered[m.ID])
+				}
+			}
+		}
+		t.Cleanup(func() {
+			if s.Count() > 0 && calls.Load() == 0 {
+				t.Error("messages were delivered, yet OnPublish was never called")
+			}
+		})
+		return harness(s)
 	}, sinktest.Features{})
 }
 
@@ -162,5 +197,79 @@ func TestWaitFor(t *testing.T) {
 	defer cancel()
 	if err := s.WaitFor(short, 4); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitFor(4) with 3 deliveries: %v, want DeadlineExceeded", err)
+	}
+}
+
+// OnPublish is called once per call, with the call's messages and the results Publish
+// returns, after the deliveries are recorded; while it blocks, so does the call.
+func TestOnPublish(t *testing.T) {
+	t.Parallel()
+	type call struct {
+		msgs     []outbox.Message
+		errs     []error
+		recorded int
+	}
+	calls := make(chan call, 1)
+	release := make(chan struct{})
+	s := &memsink.Sink{FailFunc: func(m outbox.Message) error {
+		if m.EventType == "bad" {
+			return errRefused
+		}
+		return nil
+	}}
+	s.OnPublish = func(msgs []outbox.Message, errs []error) {
+		calls <- call{msgs, errs, s.Count()}
+		<-release
+	}
+	msgs := []outbox.Message{msg("o-1", "ok"), msg("o-1", "bad"), msg("o-1", "ok"), msg("o-2", "ok")}
+	returned := make(chan []error, 1)
+	go func() { returned <- s.Publish(t.Context(), msgs) }()
+	c := <-calls
+	select {
+	case <-returned:
+		t.Fatal("Publish returned while OnPublish blocked")
+	default:
+	}
+	close(release)
+	errs := <-returned
+	if len(c.msgs) != len(msgs) || c.msgs[1].ID != msgs[1].ID || c.recorded != 2 {
+		t.Fatalf("OnPublish got %d messages (second %s) with %d recorded; want the call's %d, 2 recorded", len(c.msgs), c.msgs[1].ID, c.recorded, len(msgs))
+	}
+	for i := range errs {
+		if !errors.Is(c.errs[i], errs[i]) {
+			t.Errorf("message %d: OnPublish got %v, Publish returned %v", i, c.errs[i], errs[i])
+		}
+	}
+	if errs[0] != nil || !errors.Is(errs[1], errRefused) || !errors.Is(errs[2], outbox.ErrNotSent) || errs[3] != nil {
+		t.Fatalf("results %v: want nil, refused, not sent, nil", errs)
+	}
+}
+
+// WaitUntil returns once its condition holds on the deliveries, looking again after
+// each; when ctx ends first, it returns what it saw last and ctx's error.
+func TestWaitUntil(t *testing.T) {
+	t.Parallel()
+	s := &memsink.Sink{}
+	ctx := t.Context()
+	s.Publish(ctx, []outbox.Message{msg("o-1", "a")})
+	second := func(m []outbox.Message) bool { return len(m) >= 2 && m[1].AggregateID == "o-2" }
+	done := make(chan []outbox.Message)
+	go func() {
+		msgs, err := s.WaitUntil(ctx, second)
+		if err != nil {
+			t.Errorf("WaitUntil: %v", err)
+		}
+		done <- msgs
+	}()
+	s.Publish(ctx, []outbox.Message{msg("o-2", "a"), msg("o-3", "a")})
+	if msgs := <-done; len(msgs) < 2 || msgs[1].AggregateID != "o-2" {
+		t.Fatalf("WaitUntil returned %d messages, want the condition met", len(msgs))
+	}
+
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	msgs, err := s.WaitUntil(short, func(m []outbox.Message) bool { return len(m) > 3 })
+	if !errors.Is(err, context.DeadlineExceeded) || len(msgs) != 3 {
+		t.Fatalf("WaitUntil(more than 3) with 3 deliveries: %d messages, %v; want the 3 and DeadlineExceeded", len(msgs), err)
 	}
 }

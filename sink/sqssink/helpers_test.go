@@ -29,7 +29,12 @@ import (
 	"github.com/outboxkit/outbox/sink/sqssink"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain checks for leaked goroutines but for goaws's: one server for the whole test
+// binary (goaws keeps its state in globals), its connections, and the SDK clients' idle
+// keep-alive connections to it (an sqs.Client cannot be closed).
+func TestMain(m *testing.M) {
+	pgtest.Main(m, "github.com/outboxkit/outbox/sink/sqssink_test.goaws.", "net/http.(*conn).serve", "net/http.(*persistConn).")
+}
 
 var (
 	goawsOnce sync.Once

@@ -1,0 +1,9 @@
+package sqlq
+
+import (
+	"testing"
+
+	"github.com/outboxkit/outbox/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { leaktest.Main(m) }
