@@ -255,3 +255,32 @@ func TestGracefulShutdown(t *testing.T) {
 		})
 	}
 }
+
+// A pool closed under a running relay ends Run with an error: no batch can run again, so
+// retrying (a warning every poll, forever) would only hide it. Both modes, busy or idle.
+func TestRunEndsWhenItsPoolIsClosed(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			enqueue(t, pool, aggregates("c", 5), 2)
+			sink := &memsink.Sink{}
+			cfg := fastConfig()
+			cfg.Mode = mode
+			r := newRelay(t, pool, sink, cfg)
+			done := make(chan error, 1)
+			go func() { done <- r.Run(context.Background()) }()
+			waitFor(t, sink, 10*time.Second, "the backlog", distinct(10))
+			pool.Close()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "pool was closed") {
+					t.Fatalf("Run = %v; want the closed pool's error", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run still running 10s after its pool was closed")
+			}
+		})
+	}
+}

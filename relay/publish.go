@@ -131,7 +131,7 @@ func spread(msgs []outbox.Message, n int) [][]int {
 	var calls [][]int
 	next := 0
 	for i, m := range msgs {
-		k := aggregateKey{m.AggregateType, m.AggregateID}
+		k := keyOf(m)
 		c, ok := callOf[k]
 		if !ok {
 			c = next % n

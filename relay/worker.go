@@ -3,8 +3,11 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/jackc/puddle/v2"
 
 	"github.com/outboxkit/outbox/internal/failpoint"
 )
@@ -43,6 +46,9 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		switch {
 		case errors.Is(err, failpoint.ErrCrash):
 			return err
+		case errors.Is(err, puddle.ErrClosedPool):
+			// No batch can ever run again: Run ends instead of retrying forever.
+			return fmt.Errorf("relay: the pool was closed while the relay ran: %w", err)
 		case err != nil:
 			r.batches.breaker.inconclusive()
 			if hard.Err() != nil {
