@@ -207,13 +207,18 @@ func decodeAll(ss []stored) ([]outbox.Message, []string, error) {
 }
 
 // receiveAll consumes every message of the queue with the SDK's ReceiveMessage and
-// DeleteMessage, as a consumer does, and decodes them in the order received.
+// DeleteMessage, as a consumer does, and decodes them in the order received, once
+// each. A receive whose answer the SDK dropped and retried leaves its messages in
+// flight on goaws (which reveals them only after the visibility timeout): an empty
+// receive while goaws still holds messages makes them visible again at once and goes
+// on, as a consumer would after the timeout.
 func receiveAll(ctx context.Context, c *sqs.Client, name string) ([]outbox.Message, error) {
 	url, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
 	if err != nil {
 		return nil, err
 	}
 	var msgs []outbox.Message
+	seen := make(map[string]bool)
 	for {
 		out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: url.QueueUrl, MaxNumberOfMessages: 10, MessageAttributeNames: []string{"All"},
@@ -222,24 +227,48 @@ func receiveAll(ctx context.Context, c *sqs.Client, name string) ([]outbox.Messa
 			return nil, err
 		}
 		if len(out.Messages) == 0 {
-			return msgs, nil
+			if n, err := goawsRevealInFlight(name); err != nil || n == 0 {
+				return msgs, err
+			}
+			continue
 		}
 		for _, m := range out.Messages {
-			s := stored{body: aws.ToString(m.Body), attrs: make(map[string]string), transportTypeOK: true}
-			for name, a := range m.MessageAttributes {
-				s.attrs[name] = aws.ToString(a.StringValue)
-				s.transportTypeOK = s.transportTypeOK && aws.ToString(a.DataType) == "String"
+			if !seen[aws.ToString(m.MessageId)] {
+				seen[aws.ToString(m.MessageId)] = true
+				s := stored{body: aws.ToString(m.Body), attrs: make(map[string]string), transportTypeOK: true}
+				for name, a := range m.MessageAttributes {
+					s.attrs[name] = aws.ToString(a.StringValue)
+					s.transportTypeOK = s.transportTypeOK && aws.ToString(a.DataType) == "String"
+				}
+				msg, err := decode(s)
+				if err != nil {
+					return nil, err
+				}
+				msgs = append(msgs, msg)
 			}
-			msg, err := decode(s)
-			if err != nil {
-				return nil, err
-			}
-			msgs = append(msgs, msg)
 			if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: url.QueueUrl, ReceiptHandle: m.ReceiptHandle}); err != nil {
 				return nil, err
 			}
 		}
 	}
+}
+
+// goawsRevealInFlight makes every message of goaws's queue that a receive left in
+// flight visible again, as goaws's visibility timeout would, and returns how many
+// the queue still holds.
+func goawsRevealInFlight(name string) (int, error) {
+	goawsMu.Lock()
+	defer goawsMu.Unlock()
+	models.SyncQueues.Lock()
+	defer models.SyncQueues.Unlock()
+	q, ok := models.SyncQueues.Queues[name]
+	if !ok {
+		return 0, fmt.Errorf("goaws has no queue %s", name)
+	}
+	for i := range q.Messages {
+		q.Messages[i].ReceiptHandle = ""
+	}
+	return len(q.Messages), nil
 }
 
 // newProxy starts an in-process TCP proxy to upstream (host:port), stopped when t ends.
