@@ -26,6 +26,11 @@ func Example_quickStart() {
 		panic(err)
 	}
 	sink := &memsink.Sink{}
+	ctx, stop := context.WithCancel(ctx)
+	go func() { // stop the relay once the event is out
+		_ = sink.WaitFor(ctx, 1)
+		stop()
+	}()
 	if err := quickStart(ctx, pool, sink); err != nil {
 		panic(err)
 	}
@@ -70,18 +75,13 @@ func quickStart(ctx context.Context, pool *pgxpool.Pool, sink *memsink.Sink) err
 	}
 
 	// The relay publishes committed events to a sink (here in memory; Kafka, NATS,
-	// RabbitMQ, webhooks, Redis and SQS below), until its context is cancelled.
+	// RabbitMQ, webhooks, Redis and SQS below) until ctx is cancelled. Run as many as
+	// you like: in ordered mode (the default) they share the work by partition leases
+	// and keep per-aggregate order.
 	r, err := relay.New(pool, sink, nil)
 	if err != nil {
 		return err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	if err := sink.WaitFor(ctx, 1); err != nil {
-		return err
-	}
-	stop()
-	return <-done
+	return r.Run(ctx)
 	// quick start ends
 }
