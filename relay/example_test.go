@@ -1,0 +1,51 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
+)
+
+// Relay an aggregate's events to a sink, in the order they were written, until the
+// context is cancelled.
+func Example() {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	pool := pgtest.ExamplePool() // in your code: pgxpool.New, then outboxmigrate's Migrate
+	err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		return outbox.Enqueue(ctx, outbox.PgxTx(tx),
+			outbox.Event{AggregateType: "order", AggregateID: "o-1", EventType: "order.created", Payload: []byte(`{}`)},
+			outbox.Event{AggregateType: "order", AggregateID: "o-1", EventType: "order.paid", Payload: []byte(`{}`)},
+			outbox.Event{AggregateType: "order", AggregateID: "o-1", EventType: "order.shipped", Payload: []byte(`{}`)},
+		)
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	sink := &memsink.Sink{}
+	r, err := relay.New(pool, sink, &relay.Config{MaxPerAggregate: 2}) // two per claim: three take two batches
+	if err != nil {
+		panic(err)
+	}
+	go func() {
+		_ = sink.WaitFor(ctx, 3)
+		stop()
+	}()
+	if err := r.Run(ctx); err != nil {
+		panic(err)
+	}
+	for _, m := range sink.Messages() {
+		fmt.Println(m.AggregateID, m.EventType)
+	}
+	// Output:
+	// o-1 order.created
+	// o-1 order.paid
+	// o-1 order.shipped
+}
