@@ -139,15 +139,12 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 	publishStart := time.Now()
 	if len(msgs) > 0 {
 		results, running, err = b.publish(relayCtx, msgs)
-		if running != nil {
-			// However the batch ends, the calls still running are waited for: settled
-			// after it if it commits (settleLate), else only let end.
-			defer func() {
-				if running != nil {
-					go func() { <-running.done; running.cancel() }()
-				}
-			}()
-		}
+		// A batch that ends without holding the rows of the calls still running (it
+		// rolls back, is fenced, fails, or finds the sink down) cancels those calls and
+		// waits for them before its transaction ends: once it has, another claim may
+		// take the rows, and no two calls may be in flight for one aggregate. A batch
+		// that holds them hands the calls to settleLate and sets running to nil.
+		defer b.endCalls(&running)
 		if err != nil {
 			b.breaker.down(time.Now())
 			return res, err
@@ -166,6 +163,7 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 	}
 	out, down := b.classify(returned, returnedResults)
 	if down {
+		b.endCalls(&running) // their rows go back untouched, whether it commits or not
 		if b.breaker.down(time.Now()) {
 			b.stats.breakerOpens.Add(1)
 			b.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(results.errs)))
@@ -180,7 +178,7 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 		out.dead++
 		out.deadMsgs = append(out.deadMsgs, deadMsg(r))
 	}
-	if running != nil && !down {
+	if running != nil {
 		for _, i := range running.msgs {
 			out.add(msgs[i].Seq, outcomeHeld, nil, heldMS)
 		}
@@ -198,6 +196,7 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 		// owner publishes these events again (duplicates); nothing of the batch is kept.
 		b.stats.fencedWrites.Add(int64(res.claimed))
 		b.log.WarnContext(ctx, "batch fenced: lease taken over", slog.Int("events", res.claimed))
+		b.endCalls(&running)
 		return res, tx.rollback(ctx)
 	}
 	switch {
@@ -209,7 +208,7 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 	res.published, res.retried, res.dead = out.published, out.retried, out.dead
 	b.noteRetries(out.earliestRetry)
 	b.stats.add(res)
-	if running != nil && !down {
+	if running != nil {
 		held := heldRows{msgs: msgs, p: results, running: running, until: txStart.Add(time.Duration(heldMS) * time.Millisecond), parts: parts, epochs: epochs}
 		b.noteRetries(held.until) // if the late settle fails, the rows are claimable again then
 		running = nil             // settleLate waits for them now
@@ -221,6 +220,17 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 			slog.Int("attempt", d.msg.Attempt), slog.String("error", d.reason))
 	}
 	return res, nil
+}
+
+// endCalls cancels the Publish calls *running still runs, if any, waits until they have
+// returned, and forgets them.
+func (b *batcher) endCalls(running **inFlight) {
+	if *running == nil {
+		return
+	}
+	(*running).cancel()
+	<-(*running).done
+	*running = nil
 }
 
 // scope returns parts, the relay partitions a query filters on, or nil when they are
