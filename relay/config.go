@@ -281,10 +281,10 @@ type workerPlan struct {
 }
 
 // workers returns the plan for c (defaults filled in) on a pool of maxConns
-// connections: Concurrency when set; else in ordered mode 1 (a relay's batches would
-// compete for the same heads), in unordered mode DefaultUnorderedConcurrency shared
-// with the schema's other relays (1 on a pool of fewer than 4 connections: half the pool
-// stays free for retention, a sink or the application).
+// connections: Concurrency when set; else in ordered mode DefaultOrderedConcurrency
+// per relay, in unordered mode DefaultUnorderedConcurrency shared with the schema's
+// other relays — in both at most half the pool (at least 1), which stays free for
+// retention, a sink or the application.
 func (c *Config) workers(maxConns int) (workerPlan, error) {
 	p := workerPlan{max: c.Concurrency}
 	switch {

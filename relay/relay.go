@@ -113,8 +113,9 @@ var ErrConfigMismatch = errors.New("relay settings differ from relay_config")
 // Run publishes until ctx is cancelled, then stops claiming, lets in-flight batches
 // finish within Config.ShutdownTimeout (abandoning them after that: their events stay
 // pending), and returns nil. It returns an error when it cannot start (settings that
-// differ from relay_config), when a batch fails in a way that calls for a restart, or
-// when its pool is closed under it (no batch could run again). Call Run once per Relay.
+// differ from relay_config) or when its pool is closed under it (no batch could run
+// again); a batch that fails otherwise is logged, counted in Stats.Errors and tried
+// again. Call Run once per Relay.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.checkConfig(ctx); err != nil {
 		return err

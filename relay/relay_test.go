@@ -127,10 +127,9 @@ func TestOrderedBatchCutByMaxBatchEvents(t *testing.T) {
 	}
 }
 
-// A relay that owns fewer aggregates than BatchSize stops walking once it has found the
-// heads it found last time (headHint), yet an aggregate that appears later — its rows at
-// the end of the walk — is published within a few claims, not after the others drain.
-func TestLateAggregateNotStarvedByHeadHint(t *testing.T) {
+// An aggregate that appears while a few others have deep backlogs — its rows behind
+// theirs in seq order — is published within a few claims, not after the others drain.
+func TestLateAggregateNotStarvedByDeepBacklogs(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	enqueue(t, pool, aggregates("old", 5), 100) // 500 events; 10 per batch below

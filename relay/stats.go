@@ -19,7 +19,8 @@ type Stats struct {
 	BreakerOpens int64
 	// SinkDownBatches counts batches abandoned because the sink was down.
 	SinkDownBatches int64
-	// Errors counts batches that failed on the database side.
+	// Errors counts batches that failed and were not the sink being down: a database
+	// error, or a sink that broke the contract (not one result per message).
 	Errors int64
 	// Purged counts events removed by retention (archived ones included).
 	Purged int64
