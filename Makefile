@@ -20,7 +20,7 @@ vet: ## go vet every module
 	@for m in $(MODULES); do echo "== vet $$m"; (cd $$m && go vet ./...) || exit 1; done
 
 lint: tools ## golangci-lint (pinned) every module, and check each go.mod is tidy on its own
-	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./... && GOWORK=off go mod tidy -diff) || exit 1; done
+	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GOLANGCI_LINT) run --allow-parallel-runners ./... && GOWORK=off go mod tidy -diff) || exit 1; done
 
 unit: ## go test -race every module
 	@for m in $(MODULES); do echo "== test $$m"; (cd $$m && go test -race -count=1 -timeout 20m ./...) || exit 1; done
