@@ -28,3 +28,13 @@ func BenchmarkEncodeAndBind(b *testing.B) {
 		})
 	}
 }
+
+// NewWriter renders (cached per schema) and binds its four statements.
+func BenchmarkNewWriter(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := NewWriter(&WriterConfig{Schema: "bench_schema"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
