@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -70,23 +71,24 @@ const (
 type ordersMode int
 
 const (
-	ordersBase        ordersMode = iota // the order alone (pgx)
-	ordersMinimal                       // + one INSERT into minimal_events
-	ordersArticle                       // + one INSERT into the seed article's table
-	ordersRaw                           // + one hand-written INSERT into outbox.events
-	ordersPgx                           // + Enqueue(PgxTx)
-	ordersPgxNotifier                   // + Enqueue(PgxTx), Notifier.AfterCommit after commit
-	ordersSQLBase                       // the order alone, through database/sql
-	ordersSQL                           // + Enqueue(SQLTx)
-	ordersSQLNotifier                   // + Enqueue(SQLTx), Notifier.AfterCommit after commit
+	ordersBase            ordersMode = iota // the order alone (pgx)
+	ordersMinimal                           // + one INSERT into minimal_events
+	ordersArticle                           // + one INSERT into the seed article's table
+	ordersRaw                               // + one hand-written INSERT into outbox.events
+	ordersPgx                               // + Enqueue(PgxTx)
+	ordersPgxNotifier                       // + Enqueue(PgxTx), Notifier.AfterCommit after commit
+	ordersPgxSyncNotifier                   // the same with the Notifier's statement as it was before it committed asynchronously
+	ordersSQLBase                           // the order alone, through database/sql
+	ordersSQL                               // + Enqueue(SQLTx)
+	ordersSQLNotifier                       // + Enqueue(SQLTx), Notifier.AfterCommit after commit
 )
 
-var ordersModes = []ordersMode{ordersBase, ordersMinimal, ordersArticle, ordersRaw, ordersPgx, ordersPgxNotifier, ordersSQLBase, ordersSQL, ordersSQLNotifier}
+var ordersModes = []ordersMode{ordersBase, ordersMinimal, ordersArticle, ordersRaw, ordersPgx, ordersPgxNotifier, ordersPgxSyncNotifier, ordersSQLBase, ordersSQL, ordersSQLNotifier}
 
 func (m ordersMode) String() string {
 	return [...]string{
 		"order only (pgx)", "+ plain table insert", "+ seed article's table insert", "+ raw outbox.events insert",
-		"+ Enqueue(PgxTx)", "+ Enqueue(PgxTx) + Notifier", "order only (database/sql)", "+ Enqueue(SQLTx)", "+ Enqueue(SQLTx) + Notifier",
+		"+ Enqueue(PgxTx)", "+ Enqueue(PgxTx) + Notifier", "+ Enqueue(PgxTx) + Notifier, sync commit (before)", "order only (database/sql)", "+ Enqueue(SQLTx)", "+ Enqueue(SQLTx) + Notifier",
 	}[m]
 }
 
@@ -97,10 +99,14 @@ type orders struct {
 	pool     *pgxpool.Pool
 	db       *sql.DB
 	notifier *outbox.Notifier
-	tps      [][][]float64 // [client count index][mode] per-run tx/s
-	started  time.Time
-	machine  benchreport.Machine
-	load     [2]string
+	// syncNotifier is a Notifier whose wake-up statement is the one before 91c2b5c (a
+	// synchronous commit), for the comparison in one run.
+	syncNotifier *outbox.Notifier
+	tps          [][][]float64 // [client count index][mode] per-run tx/s
+	cpu          [][][]float64 // [client count index][mode] per-run CPU µs per transaction, client and server
+	started      time.Time
+	machine      benchreport.Machine
+	load         [2]string
 }
 
 func runOrders(ctx context.Context, pool *pgxpool.Pool, o options) (string, error) {
@@ -122,7 +128,12 @@ func runOrders(ctx context.Context, pool *pgxpool.Pool, o options) (string, erro
 		return "", fmt.Errorf("new notifier: %w", err)
 	}
 	defer n.Close()
-	b := &orders{pool: pool, db: db, notifier: n, started: time.Now()}
+	syncN, err := outbox.NewNotifier(syncNotifyExecer{pool}, nil)
+	if err != nil {
+		return "", fmt.Errorf("new notifier: %w", err)
+	}
+	defer syncN.Close()
+	b := &orders{pool: pool, db: db, notifier: n, syncNotifier: syncN, started: time.Now()}
 	b.load[0] = benchreport.LoadAvg()
 	if b.machine, err = benchreport.DescribeMachine(ctx, pool); err != nil {
 		return "", err
@@ -133,8 +144,10 @@ func runOrders(ctx context.Context, pool *pgxpool.Pool, o options) (string, erro
 		}
 	}
 	b.tps = make([][][]float64, len(ordersClients))
+	b.cpu = make([][][]float64, len(ordersClients))
 	for ci := range ordersClients {
 		b.tps[ci] = make([][]float64, len(ordersModes))
+		b.cpu[ci] = make([][]float64, len(ordersModes))
 	}
 	for r := range o.runs {
 		for ci, clients := range ordersClients {
@@ -142,12 +155,24 @@ func runOrders(ctx context.Context, pool *pgxpool.Pool, o options) (string, erro
 				if err := resetOrders(ctx, pool); err != nil {
 					return "", err
 				}
+				cpu0, err := sampleCPU(ctx, pool)
+				if err != nil {
+					return "", err
+				}
+				t0 := time.Now()
 				x, err := b.throughput(ctx, m, clients, o.duration)
 				if err != nil {
 					return "", fmt.Errorf("run %d, %d clients, %s: %w", r+1, clients, m, err)
 				}
+				txs := x * time.Since(t0).Seconds()
+				cpu1, err := sampleCPU(ctx, pool)
+				if err != nil {
+					return "", err
+				}
+				perTx := float64(cpu1.since(cpu0).Microseconds()) / txs
 				b.tps[ci][m] = append(b.tps[ci][m], x)
-				fmt.Fprintf(os.Stderr, "orders run %d/%d  %2d clients  %-30s %8.0f tx/s\n", r+1, o.runs, clients, m, x)
+				b.cpu[ci][m] = append(b.cpu[ci][m], perTx)
+				fmt.Fprintf(os.Stderr, "orders run %d/%d  %2d clients  %-30s %8.0f tx/s %6.0f CPU µs/tx\n", r+1, o.runs, clients, m, x, perTx)
 			}
 		}
 	}
@@ -209,10 +234,21 @@ func (b *orders) pgxTx(ctx context.Context, m ordersMode, customer int) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	if m == ordersPgxNotifier {
+	switch m {
+	case ordersPgxNotifier:
 		b.notifier.AfterCommit(ctx)
+	case ordersPgxSyncNotifier:
+		b.syncNotifier.AfterCommit(ctx)
 	}
 	return nil
+}
+
+// syncNotifyExecer runs the Notifier's wake-up as it was before 91c2b5c, a plain
+// pg_notify whose autocommit transaction waits for its WAL flush.
+type syncNotifyExecer struct{ pool *pgxpool.Pool }
+
+func (e syncNotifyExecer) Exec(ctx context.Context, _ string, args ...any) (pgconn.CommandTag, error) {
+	return e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", args...)
 }
 
 func (b *orders) sqlTx(ctx context.Context, m ordersMode, customer int) error {
@@ -309,6 +345,25 @@ func (b *orders) markdown(o options) string {
 			p("| %d | %s | %.0f | %.1f%% | %.1f … %.1f%% | %s |\n", clients, m, benchreport.Median(runs), costs[ci][m], slices.Min(per), slices.Max(per), vsPgx)
 		}
 	}
+	p("\n### CPU per transaction\n\n")
+	p("CPU time of the benchmark process and of every backend of its database (from `/proc/<pid>/stat`, 10 ms ticks) divided by the transactions committed: ")
+	p("unlike throughput, it hardly depends on how many other processes share the two cores, so it is the steadier figure on a loaded machine; it does not count waits (WAL flushes, locks). ")
+	p("Extra = this configuration's CPU per transaction minus the order alone's (through the same driver), per run, median.\n\n")
+	p("| clients | configuration | CPU µs/tx (median) | extra µs/tx (median of runs) | extra, lowest–highest run |\n|---:|---|---:|---:|---:|\n")
+	for ci, clients := range ordersClients {
+		for _, m := range ordersModes {
+			base := ordersBase
+			if m.databaseSQL() {
+				base = ordersSQLBase
+			}
+			var extra []float64
+			for r, x := range b.cpu[ci][m] {
+				extra = append(extra, x-b.cpu[ci][base][r])
+			}
+			p("| %d | %s | %.0f | %+.0f | %+.0f … %+.0f |\n", clients, m, benchreport.Median(b.cpu[ci][m]), benchreport.Median(extra), slices.Min(extra), slices.Max(extra))
+		}
+	}
+
 	p("\n### Targets (this run)\n\n")
 	for ci, clients := range ordersClients {
 		c := costs[ci]
@@ -317,9 +372,9 @@ func (b *orders) markdown(o options) string {
 			targetPgxVsArticlePoints, benchreport.Met(c[ordersPgx]-c[ordersArticle] <= targetPgxVsArticlePoints), c[ordersPgx], c[ordersArticle], c[ordersPgx]-c[ordersArticle], c[ordersRaw], c[ordersMinimal])
 		p("- `Enqueue(SQLTx)` ≤ `Enqueue(PgxTx)` + %.0f points: %s — %.1f%% vs %.1f%% (%+.1f points).\n",
 			targetSQLVsPgxPoints, benchreport.Met(c[ordersSQL]-c[ordersPgx] <= targetSQLVsPgxPoints), c[ordersSQL], c[ordersPgx], c[ordersSQL]-c[ordersPgx])
-		p("- Notifier ≤ %.0f%%: %s — %+.1f points through pgx, %+.1f through database/sql.\n\n",
+		p("- Notifier ≤ %.0f%%: %s — %+.1f points through pgx, %+.1f through database/sql (before 91c2b5c, through pgx: %+.1f).\n\n",
 			targetNotifierPoints, benchreport.Met(c[ordersPgxNotifier]-c[ordersPgx] <= targetNotifierPoints && c[ordersSQLNotifier]-c[ordersSQL] <= targetNotifierPoints),
-			c[ordersPgxNotifier]-c[ordersPgx], c[ordersSQLNotifier]-c[ordersSQL])
+			c[ordersPgxNotifier]-c[ordersPgx], c[ordersSQLNotifier]-c[ordersSQL], c[ordersPgxSyncNotifier]-c[ordersPgx])
 	}
 	p("(The issue's targets are set at %d clients; %d clients are shown for the trend.)\n\n", targetClients, ordersClients[len(ordersClients)-1])
 
