@@ -107,6 +107,7 @@ type orders struct {
 	started      time.Time
 	machine      benchreport.Machine
 	load         [2]string
+	wal          []walRow
 }
 
 func runOrders(ctx context.Context, pool *pgxpool.Pool, o options) (string, error) {
@@ -136,6 +137,9 @@ func runOrders(ctx context.Context, pool *pgxpool.Pool, o options) (string, erro
 	b := &orders{pool: pool, db: db, notifier: n, syncNotifier: syncN, started: time.Now()}
 	b.load[0] = benchreport.LoadAvg()
 	if b.machine, err = benchreport.DescribeMachine(ctx, pool); err != nil {
+		return "", err
+	}
+	if b.wal, err = walPerEvent(ctx, pool); err != nil {
 		return "", err
 	}
 	for _, m := range ordersModes { // warm up: every connection, every statement
@@ -225,7 +229,7 @@ func (b *orders) pgxTx(ctx context.Context, m ordersMode, customer int) error {
 		_, err = tx.Exec(ctx, insertArticleSQL, [16]byte(outbox.NewID()), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload))
 	case ordersRaw:
 		_, err = tx.Exec(ctx, benchdb.RawEventsInsertSQL, [16]byte(outbox.NewID()), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload))
-	case ordersPgx, ordersPgxNotifier:
+	case ordersPgx, ordersPgxNotifier, ordersPgxSyncNotifier:
 		err = outbox.Enqueue(ctx, outbox.PgxTx(tx), e)
 	}
 	if err != nil {
@@ -345,6 +349,8 @@ func (b *orders) markdown(o options) string {
 			p("| %d | %s | %.0f | %.1f%% | %.1f … %.1f%% | %s |\n", clients, m, benchreport.Median(runs), costs[ci][m], slices.Min(per), slices.Max(per), vsPgx)
 		}
 	}
+	p("\n")
+	s.WriteString(walMarkdown(b.wal))
 	p("\n### CPU per transaction\n\n")
 	p("CPU time of the benchmark process and of every backend of its database (from `/proc/<pid>/stat`, 10 ms ticks) divided by the transactions committed: ")
 	p("unlike throughput, it hardly depends on how many other processes share the two cores, so it is the steadier figure on a loaded machine; it does not count waits (WAL flushes, locks). ")
