@@ -2,14 +2,4 @@
 -- $2 the payload ('' from outbox.Notifier; a token from the relay's listener self-test).
 -- Run in autocommit, outside any business transaction: a transaction that issues NOTIFY
 -- takes PostgreSQL's global notify lock at commit, which serialises all such commits.
---
--- A NOTIFY gives its transaction an xid, so this autocommit statement is a write
--- transaction whose commit waits for its WAL flush, at up to 200 a second from a
--- Notifier: flushes the writers' commits compete with on a busy server. A wake-up needs
--- no durability (a notification does not survive a crash anyway, and a lost one only
--- waits for the next poll), so the statement commits asynchronously: set_config(…, true)
--- lasts until the end of the statement's own transaction. Both users run it on a pool in
--- autocommit, from their own goroutine (an open transaction could not be used there: it
--- would be shared between goroutines and outlive its commit); inside one, the setting
--- would last until that transaction's end.
-SELECT pg_notify($1, $2), set_config('synchronous_commit', 'off', true)
+SELECT pg_notify($1, $2)
