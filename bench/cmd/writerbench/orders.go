@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -71,24 +70,24 @@ const (
 type ordersMode int
 
 const (
-	ordersBase            ordersMode = iota // the order alone (pgx)
-	ordersMinimal                           // + one INSERT into minimal_events
-	ordersArticle                           // + one INSERT into the seed article's table
-	ordersRaw                               // + one hand-written INSERT into outbox.events
-	ordersPgx                               // + Enqueue(PgxTx)
-	ordersPgxNotifier                       // + Enqueue(PgxTx), Notifier.AfterCommit after commit
-	ordersPgxSyncNotifier                   // the same with the Notifier's statement as it was before it committed asynchronously
-	ordersSQLBase                           // the order alone, through database/sql
-	ordersSQL                               // + Enqueue(SQLTx)
-	ordersSQLNotifier                       // + Enqueue(SQLTx), Notifier.AfterCommit after commit
+	ordersBase        ordersMode = iota // the order alone (pgx)
+	ordersMinimal                       // + one INSERT into minimal_events
+	ordersArticle                       // + one INSERT into the seed article's table
+	ordersRaw                           // + one hand-written INSERT into outbox.events
+	ordersPgx                           // + Enqueue(PgxTx)
+	ordersPgxNotifier                   // + Enqueue(PgxTx), Notifier.AfterCommit after commit
+	ordersPgxAgain                      // + Enqueue(PgxTx) again: a control, whose difference from ordersPgx is the noise
+	ordersSQLBase                       // the order alone, through database/sql
+	ordersSQL                           // + Enqueue(SQLTx)
+	ordersSQLNotifier                   // + Enqueue(SQLTx), Notifier.AfterCommit after commit
 )
 
-var ordersModes = []ordersMode{ordersBase, ordersMinimal, ordersArticle, ordersRaw, ordersPgx, ordersPgxNotifier, ordersPgxSyncNotifier, ordersSQLBase, ordersSQL, ordersSQLNotifier}
+var ordersModes = []ordersMode{ordersBase, ordersMinimal, ordersArticle, ordersRaw, ordersPgx, ordersPgxNotifier, ordersPgxAgain, ordersSQLBase, ordersSQL, ordersSQLNotifier}
 
 func (m ordersMode) String() string {
 	return [...]string{
 		"order only (pgx)", "+ plain table insert", "+ seed article's table insert", "+ raw outbox.events insert",
-		"+ Enqueue(PgxTx)", "+ Enqueue(PgxTx) + Notifier", "+ Enqueue(PgxTx) + Notifier, sync commit (before)", "order only (database/sql)", "+ Enqueue(SQLTx)", "+ Enqueue(SQLTx) + Notifier",
+		"+ Enqueue(PgxTx)", "+ Enqueue(PgxTx) + Notifier", "+ Enqueue(PgxTx), again (control)", "order only (database/sql)", "+ Enqueue(SQLTx)", "+ Enqueue(SQLTx) + Notifier",
 	}[m]
 }
 
@@ -99,15 +98,12 @@ type orders struct {
 	pool     *pgxpool.Pool
 	db       *sql.DB
 	notifier *outbox.Notifier
-	// syncNotifier is a Notifier whose wake-up statement is the one before 91c2b5c (a
-	// synchronous commit), for the comparison in one run.
-	syncNotifier *outbox.Notifier
-	tps          [][][]float64 // [client count index][mode] per-run tx/s
-	cpu          [][][]float64 // [client count index][mode] per-run CPU µs per transaction, client and server
-	started      time.Time
-	machine      benchreport.Machine
-	load         [2]string
-	wal          []walRow
+	tps      [][][]float64 // [client count index][mode] per-run tx/s
+	cpu      [][][]float64 // [client count index][mode] per-run CPU µs per transaction, client and server
+	started  time.Time
+	machine  benchreport.Machine
+	load     [2]string
+	wal      []walRow
 }
 
 func runOrders(ctx context.Context, pool *pgxpool.Pool, o options) (string, error) {
@@ -129,12 +125,7 @@ func runOrders(ctx context.Context, pool *pgxpool.Pool, o options) (string, erro
 		return "", fmt.Errorf("new notifier: %w", err)
 	}
 	defer n.Close()
-	syncN, err := outbox.NewNotifier(syncNotifyExecer{pool}, nil)
-	if err != nil {
-		return "", fmt.Errorf("new notifier: %w", err)
-	}
-	defer syncN.Close()
-	b := &orders{pool: pool, db: db, notifier: n, syncNotifier: syncN, started: time.Now()}
+	b := &orders{pool: pool, db: db, notifier: n, started: time.Now()}
 	b.load[0] = benchreport.LoadAvg()
 	if b.machine, err = benchreport.DescribeMachine(ctx, pool); err != nil {
 		return "", err
@@ -229,7 +220,7 @@ func (b *orders) pgxTx(ctx context.Context, m ordersMode, customer int) error {
 		_, err = tx.Exec(ctx, insertArticleSQL, [16]byte(outbox.NewID()), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload))
 	case ordersRaw:
 		_, err = tx.Exec(ctx, benchdb.RawEventsInsertSQL, [16]byte(outbox.NewID()), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload))
-	case ordersPgx, ordersPgxNotifier, ordersPgxSyncNotifier:
+	case ordersPgx, ordersPgxNotifier, ordersPgxAgain:
 		err = outbox.Enqueue(ctx, outbox.PgxTx(tx), e)
 	}
 	if err != nil {
@@ -238,21 +229,10 @@ func (b *orders) pgxTx(ctx context.Context, m ordersMode, customer int) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	switch m {
-	case ordersPgxNotifier:
+	if m == ordersPgxNotifier {
 		b.notifier.AfterCommit(ctx)
-	case ordersPgxSyncNotifier:
-		b.syncNotifier.AfterCommit(ctx)
 	}
 	return nil
-}
-
-// syncNotifyExecer runs the Notifier's wake-up as it was before 91c2b5c, a plain
-// pg_notify whose autocommit transaction waits for its WAL flush.
-type syncNotifyExecer struct{ pool *pgxpool.Pool }
-
-func (e syncNotifyExecer) Exec(ctx context.Context, _ string, args ...any) (pgconn.CommandTag, error) {
-	return e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", args...)
 }
 
 func (b *orders) sqlTx(ctx context.Context, m ordersMode, customer int) error {
@@ -356,7 +336,9 @@ func (b *orders) markdown(o options) string {
 	p("unlike throughput, it hardly depends on how many other processes share the two cores, so it is the steadier figure on a loaded machine; it does not count waits (WAL flushes, locks). ")
 	p("Extra = this configuration's CPU per transaction minus the order alone's (through the same driver), per run, median.\n\n")
 	p("| clients | configuration | CPU µs/tx (median) | extra µs/tx (median of runs) | extra, lowest–highest run |\n|---:|---|---:|---:|---:|\n")
+	cpuExtra := make([]map[ordersMode]float64, len(ordersClients))
 	for ci, clients := range ordersClients {
+		cpuExtra[ci] = map[ordersMode]float64{}
 		for _, m := range ordersModes {
 			base := ordersBase
 			if m.databaseSQL() {
@@ -366,7 +348,8 @@ func (b *orders) markdown(o options) string {
 			for r, x := range b.cpu[ci][m] {
 				extra = append(extra, x-b.cpu[ci][base][r])
 			}
-			p("| %d | %s | %.0f | %+.0f | %+.0f … %+.0f |\n", clients, m, benchreport.Median(b.cpu[ci][m]), benchreport.Median(extra), slices.Min(extra), slices.Max(extra))
+			cpuExtra[ci][m] = benchreport.Median(extra)
+			p("| %d | %s | %.0f | %+.0f | %+.0f … %+.0f |\n", clients, m, benchreport.Median(b.cpu[ci][m]), cpuExtra[ci][m], slices.Min(extra), slices.Max(extra))
 		}
 	}
 
@@ -378,9 +361,11 @@ func (b *orders) markdown(o options) string {
 			targetPgxVsArticlePoints, benchreport.Met(c[ordersPgx]-c[ordersArticle] <= targetPgxVsArticlePoints), c[ordersPgx], c[ordersArticle], c[ordersPgx]-c[ordersArticle], c[ordersRaw], c[ordersMinimal])
 		p("- `Enqueue(SQLTx)` ≤ `Enqueue(PgxTx)` + %.0f points: %s — %.1f%% vs %.1f%% (%+.1f points).\n",
 			targetSQLVsPgxPoints, benchreport.Met(c[ordersSQL]-c[ordersPgx] <= targetSQLVsPgxPoints), c[ordersSQL], c[ordersPgx], c[ordersSQL]-c[ordersPgx])
-		p("- Notifier ≤ %.0f%%: %s — %+.1f points through pgx, %+.1f through database/sql (before 91c2b5c, through pgx: %+.1f).\n\n",
+		p("- Notifier ≤ %.0f%%: %s — %+.1f points through pgx, %+.1f through database/sql.\n",
 			targetNotifierPoints, benchreport.Met(c[ordersPgxNotifier]-c[ordersPgx] <= targetNotifierPoints && c[ordersSQLNotifier]-c[ordersSQL] <= targetNotifierPoints),
-			c[ordersPgxNotifier]-c[ordersPgx], c[ordersSQLNotifier]-c[ordersSQL], c[ordersPgxSyncNotifier]-c[ordersPgx])
+			c[ordersPgxNotifier]-c[ordersPgx], c[ordersSQLNotifier]-c[ordersSQL])
+		p("- Noise: the control, the same `Enqueue(PgxTx)` configuration measured twice in each run, differs by %+.1f points (cost) and %+.0f µs/tx (CPU); a difference smaller than that is not resolved by this run.\n\n",
+			c[ordersPgxAgain]-c[ordersPgx], cpuExtra[ci][ordersPgxAgain]-cpuExtra[ci][ordersPgx])
 	}
 	p("(The issue's targets are set at %d clients; %d clients are shown for the trend.)\n\n", targetClients, ordersClients[len(ordersClients)-1])
 
