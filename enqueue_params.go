@@ -66,30 +66,50 @@ func (*jsonParams) enqueueParams()   {}
 
 // newOneParams encodes e with id, its id in the driver's preferred form.
 func newOneParams(e *Event, id any, lock bool) *oneParams {
+	c := optionalColumns(e)
 	p := &oneParams{
-		ID: id, AggregateType: e.AggregateType, AggregateID: e.AggregateID, EventType: e.EventType,
-		SchemaVersion: int64(e.SchemaVersion), ContentType: e.ContentType, Lock: lock,
-		Topic: nonEmpty(e.Topic), TraceParent: nonEmpty(e.TraceParent),
+		ID: id, AggregateType: e.AggregateType, AggregateID: e.AggregateID, AggregateVersion: c.aggregateVersion,
+		EventType: e.EventType, SchemaVersion: int64(e.SchemaVersion), Topic: c.topic, Headers: c.headers,
+		ContentType: e.ContentType, Payload: c.payload, TraceParent: c.traceParent, AvailableAt: c.availableAt,
+		Lock: lock,
 	}
+	if b := c.payloadBytes; b != nil {
+		p.PayloadBytes = &b
+	}
+	return p
+}
+
+// columns are an event's optional columns as the statements take them: nil is NULL.
+type columns struct {
+	aggregateVersion                     *int64
+	topic, headers, payload, traceParent *string
+	payloadBytes                         []byte
+	availableAt                          *time.Time
+}
+
+// optionalColumns returns e's optional columns: a JSON payload as text (kept as written),
+// any other as bytes; headers as a JSON object.
+func optionalColumns(e *Event) columns {
+	c := columns{topic: nonEmpty(e.Topic), traceParent: nonEmpty(e.TraceParent)}
 	if e.AggregateVersion > 0 {
-		p.AggregateVersion = &e.AggregateVersion
+		c.aggregateVersion = &e.AggregateVersion
 	}
 	if len(e.Headers) > 0 {
 		h := string(appendHeaders(nil, e.Headers))
-		p.Headers = &h
+		c.headers = &h
 	}
 	switch {
 	case len(e.Payload) == 0:
 	case isJSONContentType(e.ContentType):
 		s := string(e.Payload)
-		p.Payload = &s
+		c.payload = &s
 	default:
-		p.PayloadBytes = &e.Payload
+		c.payloadBytes = e.Payload
 	}
 	if !e.AvailableAt.IsZero() {
-		p.AvailableAt = &e.AvailableAt
+		c.availableAt = &e.AvailableAt
 	}
-	return p
+	return c
 }
 
 // newArraysParams encodes events column by column.
@@ -104,28 +124,11 @@ func newArraysParams(events []Event, lock bool) *arraysParams {
 	}
 	for i := range events {
 		e := &events[i]
+		c := optionalColumns(e)
 		a.ID[i], a.AggregateType[i], a.AggregateID[i] = e.ID, e.AggregateType, e.AggregateID
 		a.EventType[i], a.ContentType[i], a.SchemaVersion[i] = e.EventType, e.ContentType, int32(e.SchemaVersion) //nolint:gosec // validated
-		if e.AggregateVersion > 0 {
-			a.AggregateVersion[i] = &e.AggregateVersion
-		}
-		a.Topic[i] = nonEmpty(e.Topic)
-		a.TraceParent[i] = nonEmpty(e.TraceParent)
-		if len(e.Headers) > 0 {
-			h := string(appendHeaders(nil, e.Headers))
-			a.Headers[i] = &h
-		}
-		switch {
-		case len(e.Payload) == 0:
-		case isJSONContentType(e.ContentType):
-			p := string(e.Payload)
-			a.Payload[i] = &p
-		default:
-			a.PayloadBytes[i] = e.Payload
-		}
-		if !e.AvailableAt.IsZero() {
-			a.AvailableAt[i] = &e.AvailableAt
-		}
+		a.AggregateVersion[i], a.Topic[i], a.Headers[i], a.TraceParent[i] = c.aggregateVersion, c.topic, c.headers, c.traceParent
+		a.Payload[i], a.PayloadBytes[i], a.AvailableAt[i] = c.payload, c.payloadBytes, c.availableAt
 	}
 	return a
 }
@@ -144,9 +147,13 @@ func newJSONParams(events []Event, lock bool) *jsonParams {
 	return &jsonParams{Rows: string(buf), Lock: lock}
 }
 
+// nonEmpty returns a pointer to a copy of s, or nil for "" (allocating only then:
+// returning &s would move s to the heap on every call).
 func nonEmpty(s string) *string {
 	if s == "" {
 		return nil
 	}
-	return &s
+	p := new(string)
+	*p = s
+	return p
 }
