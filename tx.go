@@ -13,9 +13,10 @@ import (
 // or a plain connection (which would write outside the business transaction) is
 // refused at compile time.
 type Tx interface {
-	// args returns the enqueue statement and its parameters for validated events, in
-	// the encoding that suits this driver.
-	args(w *Writer, events []Event) (enqueueSQL, []any)
+	// encode returns the parameters of the enqueue statement for validated events
+	// (defaults filled), in the encoding that suits this driver; their type says which
+	// statement runs. lock: take the aggregate locks.
+	encode(events []Event, lock bool) enqueueParams
 	queryStrings(ctx context.Context, sql string, args ...any) ([]string, error)
 	exec(ctx context.Context, sql string, args ...any) error
 }
@@ -43,18 +44,14 @@ func (t pgxTx) queryStrings(ctx context.Context, q string, args ...any) ([]strin
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// args: one event as scalar parameters, more as typed arrays in pgx's binary format.
+// encode: one event as scalar parameters, more as typed arrays in pgx's binary format.
 // Ids go as [16]byte, which pgx encodes directly (a uuid.UUID would take the slower
 // driver.Valuer path).
-func (t pgxTx) args(w *Writer, events []Event) (enqueueSQL, []any) {
+func (pgxTx) encode(events []Event, lock bool) enqueueParams {
 	if len(events) == 1 {
-		return w.one, oneEventArgs(&events[0], [16]byte(events[0].ID), w.lock)
+		return newOneParams(&events[0], [16]byte(events[0].ID), lock)
 	}
-	a := newEventArrays(events)
-	return w.batchArrays, []any{
-		a.ids, a.aggregateTypes, a.aggregateIDs, a.versions, a.eventTypes,
-		a.schemaVersions, a.topics, a.headers, a.contentTypes, a.payloads, a.payloadBytes, a.traceParents, a.availableAt, w.lock,
-	}
+	return newArraysParams(events, lock)
 }
 
 func (t pgxTx) exec(ctx context.Context, q string, args ...any) error {
@@ -67,22 +64,13 @@ func (t pgxTx) exec(ctx context.Context, q string, args ...any) error {
 
 type sqlTx struct{ tx *sql.Tx }
 
-// args: one event as scalar parameters, more as one JSON array (a text parameter any
-// driver can pass).
-func (t sqlTx) args(w *Writer, events []Event) (enqueueSQL, []any) {
+// encode: one event as scalar parameters, more as one JSON array (a text parameter any
+// driver can pass). The id goes in its text form, a string any driver passes.
+func (sqlTx) encode(events []Event, lock bool) enqueueParams {
 	if len(events) == 1 {
-		return w.one, oneEventArgs(&events[0], events[0].ID.String(), w.lock)
+		return newOneParams(&events[0], events[0].ID.String(), lock)
 	}
-	buf := make([]byte, 0, 256*len(events))
-	buf = append(buf, '[')
-	for i := range events {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = appendRow(buf, i, &events[i])
-	}
-	buf = append(buf, ']')
-	return w.batchJSON, []any{string(buf), w.lock}
+	return newJSONParams(events, lock)
 }
 
 func (t sqlTx) exec(ctx context.Context, q string, args ...any) error {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,34 +35,7 @@ type WriterConfig struct {
 type Writer struct {
 	maxPayload int
 	lock       bool
-	// one takes a single event as scalar parameters (both drivers); batchJSON a batch
-	// as one JSON array (database/sql: any driver); batchArrays a batch as typed arrays
-	// in pgx's binary format (ADR 0003).
-	one, batchJSON, batchArrays enqueueSQL
-	conflictsSQL                string
-}
-
-// enqueueSQL is one enqueue statement in its two forms.
-type enqueueSQL struct {
-	// arbiter ends in ON CONFLICT DO NOTHING RETURNING id: for calls in which an event
-	// may conflict (a caller-supplied id or an aggregate version).
-	arbiter string
-	// plain is the statement without that line: every other call. A speculative
-	// insertion costs each row a pre-check of every unique index and an extra WAL
-	// record, and an id Enqueue generated (UUIDv7) does not collide.
-	plain string
-}
-
-// conflictClause is the last line of every enqueue statement.
-const conflictClause = "ON CONFLICT DO NOTHING RETURNING id::text"
-
-func newEnqueueSQL(name, quotedSchema string) enqueueSQL {
-	q := strings.TrimSpace(sqlq.Query(name, quotedSchema))
-	plain, ok := strings.CutSuffix(q, conflictClause)
-	if !ok {
-		panic(fmt.Sprintf("outbox: query %s does not end with %q", name, conflictClause))
-	}
-	return enqueueSQL{arbiter: q, plain: plain}
+	stmts      enqueueStatements
 }
 
 // NewWriter returns a Writer for cfg; nil means the defaults.
@@ -87,12 +59,9 @@ func NewWriter(cfg *WriterConfig) (*Writer, error) {
 		maxPayload = cfg.MaxPayloadBytes
 	}
 	return &Writer{
-		maxPayload:   maxPayload,
-		lock:         !cfg.DisableAggregateLock,
-		one:          newEnqueueSQL("enqueue_one", quoted),
-		batchJSON:    newEnqueueSQL("enqueue", quoted),
-		batchArrays:  newEnqueueSQL("enqueue_arrays", quoted),
-		conflictsSQL: sqlq.Query("enqueue_conflicts", quoted),
+		maxPayload: maxPayload,
+		lock:       !cfg.DisableAggregateLock,
+		stmts:      newEnqueueStatements(quoted),
 	}, nil
 }
 
@@ -166,7 +135,7 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 		}
 		valid[i], ids[i] = e, e.ID
 	}
-	stmt, args := tx.args(w, valid)
+	stmt, args := w.stmts.bind(tx.encode(valid, w.lock))
 	if !mayConflict {
 		if err := tx.exec(ctx, stmt.plain, args...); err != nil {
 			return insertError(len(events), err)
@@ -199,7 +168,7 @@ func (w *Writer) conflicts(ctx context.Context, tx Tx, ids []uuid.UUID, inserted
 	if err != nil {
 		return fmt.Errorf("enqueue: encode skipped ids: %w", err)
 	}
-	existing, err := tx.queryStrings(ctx, w.conflictsSQL, string(arg))
+	existing, err := tx.queryStrings(ctx, w.stmts.conflicts.SQL, w.stmts.conflicts.Args(&conflictsParams{IDs: string(arg)})...)
 	if err != nil {
 		return fmt.Errorf("enqueue: look up conflicting events: %w", err)
 	}

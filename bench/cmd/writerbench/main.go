@@ -9,9 +9,16 @@
 // Every configuration runs interleaved with the others -runs times; the medians are
 // printed and written to the "Writer" section of the -out file.
 //
+// The orders part (-parts orders) measures, at 8 and 32 clients, a business transaction
+// that INSERTs a new order, alone and with one more write of its event: into a plain
+// table, into the seed article's outbox table, by hand into outbox.events, through
+// Enqueue(PgxTx) and Enqueue(SQLTx), each Enqueue also with the Notifier after commit.
+// Its section is "Writer: an orders transaction".
+//
 // Usage (from bench/):
 //
 //	go run ./cmd/writerbench -out RESULTS.md
+//	go run ./cmd/writerbench -parts orders -runs 5 -duration 5s -out RESULTS.md
 package main
 
 import (
@@ -24,6 +31,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -72,6 +80,7 @@ type options struct {
 	out      string
 	duration time.Duration
 	runs     int
+	parts    string
 }
 
 func main() {
@@ -81,6 +90,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", `file whose "Writer" section receives the results (replaced or appended); empty: stdout only`)
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of one throughput or batch measurement")
 	flag.IntVar(&o.runs, "runs", 5, "interleaved runs of every configuration; the median is reported")
+	flag.StringVar(&o.parts, "parts", "accounts,orders", `comma-separated parts to run: "accounts" (the account UPDATE transaction, section "Writer"), "orders" (an orders INSERT transaction: plain and seed-article tables, Enqueue through pgx and database/sql, the Notifier; section "`+ordersSectionTitle+`")`)
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -96,12 +106,46 @@ func run(ctx context.Context, o options) error {
 	if o.runs < 1 || o.duration <= 0 {
 		return errors.New("-runs must be at least 1 and -duration positive")
 	}
-	maxClients := slices.Max(clientCounts)
-	pool, err := benchdb.Setup(ctx, o.dsn, o.database, int32(maxClients))
+	parts := map[string]bool{}
+	for p := range strings.SplitSeq(o.parts, ",") {
+		if p != "accounts" && p != "orders" {
+			return fmt.Errorf("-parts: unknown part %q (accounts, orders)", p)
+		}
+		parts[p] = true
+	}
+	maxClients := max(slices.Max(clientCounts), slices.Max(ordersClients))
+	// Two more connections than clients: the orders part's LISTEN session and Notifier.
+	pool, err := benchdb.Setup(ctx, o.dsn, o.database, int32(maxClients)+2) //nolint:gosec // small
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if parts["accounts"] {
+		if err := runAccounts(ctx, pool, o); err != nil {
+			return err
+		}
+	}
+	if parts["orders"] {
+		section, err := runOrders(ctx, pool, o)
+		if err != nil {
+			return err
+		}
+		fmt.Print(section)
+		if o.out != "" {
+			if err := benchreport.WriteSection(o.out, ordersSectionTitle, section); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "wrote section %q of %s\n", ordersSectionTitle, o.out)
+		}
+	}
+	return nil
+}
+
+// runAccounts is the accounts part: the account UPDATE transaction at 1, 8 and 32
+// clients, and the batch comparison.
+func runAccounts(ctx context.Context, pool *pgxpool.Pool, o options) error {
+	maxClients := slices.Max(clientCounts)
+	var err error
 
 	rep := report{started: time.Now(), opts: o, loadStart: benchreport.LoadAvg()}
 	if rep.machine, err = benchreport.DescribeMachine(ctx, pool); err != nil {

@@ -1,7 +1,8 @@
 -- enqueue: insert a batch of events in one statement, one round trip.
 --
--- $1 is a JSON array of rows (one parameter, so it works the same through pgx and any
--- database/sql driver). $2 says whether to take the per-aggregate advisory locks.
+-- @rows is a JSON array of rows (one parameter, so it works the same through pgx and any
+-- database/sql driver). @lock says whether to take the per-aggregate advisory locks.
+-- Both are bound by name to jsonParams in enqueue_params.go.
 --
 -- The locks: a transaction-scoped advisory lock per distinct aggregate, taken in sorted
 -- order (no deadlocks between two batches) before any row is inserted, so that two
@@ -19,7 +20,7 @@
 -- collide. Each enqueue statement ends with that line, alone.
 WITH input AS MATERIALIZED (
     SELECT *
-    FROM json_to_recordset($1::json) AS r(
+    FROM json_to_recordset(@rows::json) AS r(
         ord int, id uuid, aggregate_type text, aggregate_id text, aggregate_version bigint,
         event_type text, schema_version int, topic text, headers jsonb, content_type text,
         payload json, payload_b64 text, trace_parent text, available_at timestamptz)
@@ -28,7 +29,7 @@ WITH input AS MATERIALIZED (
     FROM (
         SELECT DISTINCT hashtext(aggregate_type || chr(31) || aggregate_id) AS k
         FROM input
-        WHERE $2::boolean
+        WHERE @lock::boolean
         ORDER BY k
     ) keys
 )

@@ -3,16 +3,15 @@
 -- but the events arrive as typed arrays in pgx's binary format instead of one JSON
 -- document: the server skips parsing the document, and each payload is parsed once.
 --
--- $1 id, $2 aggregate_type, $3 aggregate_id, $4 aggregate_version, $5 event_type,
--- $6 schema_version, $7 topic, $8 headers (JSON text), $9 content_type, $10 payload (JSON
--- text), $11 payload_bytes, $12 trace_parent, $13 available_at: one element per event,
--- NULL for absent values. $14: take the per-aggregate locks.
+-- Parameters (bound by name to arraysParams in enqueue_params.go): one array per column,
+-- named after it, one element per event, NULL for absent values (@headers and @payload
+-- as JSON text); @lock: take the per-aggregate locks.
 WITH locked AS MATERIALIZED (
     SELECT count(pg_advisory_xact_lock(1869968760, k)) AS n
     FROM (
         SELECT DISTINCT hashtext(t || chr(31) || i) AS k
-        FROM unnest($2::text[], $3::text[]) AS a(t, i)
-        WHERE $14::boolean
+        FROM unnest(@aggregate_type::text[], @aggregate_id::text[]) AS a(t, i)
+        WHERE @lock::boolean
         ORDER BY k
     ) keys
 )
@@ -22,8 +21,10 @@ INSERT INTO {{schema}}.events (
 SELECT u.id, u.aggregate_type, u.aggregate_id, u.aggregate_version, u.event_type, u.schema_version,
        u.topic, coalesce(u.headers::jsonb, '{}'), u.content_type, u.payload::json, u.payload_bytes,
        u.trace_parent, coalesce(u.available_at, now())
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::text[],
-            $8::text[], $9::text[], $10::text[], $11::bytea[], $12::text[], $13::timestamptz[])
+FROM unnest(@id::uuid[], @aggregate_type::text[], @aggregate_id::text[], @aggregate_version::bigint[],
+            @event_type::text[], @schema_version::int[], @topic::text[], @headers::text[],
+            @content_type::text[], @payload::text[], @payload_bytes::bytea[], @trace_parent::text[],
+            @available_at::timestamptz[])
      WITH ORDINALITY AS u(id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
                           topic, headers, content_type, payload, payload_bytes, trace_parent, available_at, ord)
 CROSS JOIN locked
