@@ -38,11 +38,11 @@ func (p GapPolicy) String() string {
 type FirstVersion int
 
 const (
-	// FirstVersionOne: an aggregate never seen has applied nothing (last version 0), so
+	// FirstVersionOne means an aggregate never seen has applied nothing (last version 0), so
 	// its first event must be version 1; a higher one is a gap. Right for a consumer
 	// that sees every aggregate from its beginning. The default.
 	FirstVersionOne FirstVersion = iota
-	// FirstVersionAny: the first event seen for an aggregate is applied whatever its
+	// FirstVersionAny means the first event seen for an aggregate is applied whatever its
 	// version, and later ones continue from it. For a consumer that joins streams
 	// midway (the earlier events were published before it existed, or purged). Its
 	// cost: an aggregate whose first two events arrive out of order applies the later

@@ -35,7 +35,7 @@ func (c pgxConn) queryRow(ctx context.Context, q string, args ...any) row {
 }
 
 func (c pgxConn) query(ctx context.Context, q string, args ...any) (rows, error) {
-	return c.tx.Query(ctx, q, args...)
+	return c.tx.Query(ctx, q, args...) //nolint:sqlclosecheck // an adapter: the caller closes the rows
 }
 
 type sqlConn struct{ tx *sql.Tx }
@@ -53,7 +53,7 @@ func (c sqlConn) queryRow(ctx context.Context, q string, args ...any) row {
 }
 
 func (c sqlConn) query(ctx context.Context, q string, args ...any) (rows, error) {
-	r, err := c.tx.QueryContext(ctx, q, args...)
+	r, err := c.tx.QueryContext(ctx, q, args...) //nolint:rowserrcheck // an adapter: the caller checks Err
 	if err != nil {
 		return nil, err
 	}

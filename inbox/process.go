@@ -16,12 +16,12 @@ type runFunc func(ctx context.Context, m outbox.Message) error
 type QuarantineKind string
 
 const (
-	// QuarantineSchema: the consumer does not accept the event's (event type, schema
+	// QuarantineSchema means the consumer does not accept the event's (event type, schema
 	// version) ([Config.Accept]); the handler did not run.
 	QuarantineSchema QuarantineKind = "schema"
-	// QuarantinePanic: the handler panicked; its work was rolled back.
+	// QuarantinePanic means the handler panicked; its work was rolled back.
 	QuarantinePanic QuarantineKind = "panic"
-	// QuarantinePermanent: the handler returned an error marked with
+	// QuarantinePermanent means the handler returned an error marked with
 	// [outbox.Permanent] (or the event cannot be parked: another event holds its
 	// version); its work was rolled back.
 	QuarantinePermanent QuarantineKind = "permanent"

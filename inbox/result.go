@@ -12,18 +12,18 @@ import (
 type Outcome int
 
 const (
-	// Applied: the handler ran and its work committed with the dedup record.
+	// Applied means the handler ran and its work committed with the dedup record.
 	Applied Outcome = iota + 1
-	// Duplicate: the event was processed before (or is being, by a transaction that
+	// Duplicate means the event was processed before (or is being, by a transaction that
 	// committed first); nothing ran.
 	Duplicate
-	// Stale: the event's AggregateVersion is at or below the last applied one; nothing
+	// Stale means the event's AggregateVersion is at or below the last applied one; nothing
 	// ran.
 	Stale
-	// Parked: the event is past a gap (GapPark) and waits, stored, for the versions
+	// Parked means the event is past a gap (GapPark) and waits, stored, for the versions
 	// before it.
 	Parked
-	// Quarantined: the event was stored in the quarantine with a reason (a schema not
+	// Quarantined means the event was stored in the quarantine with a reason (a schema not
 	// accepted, a handler panic, a permanent handler error); its handler's work, if
 	// any, was rolled back.
 	Quarantined

@@ -302,5 +302,5 @@ CREATE TABLE IF NOT EXISTS {{schema}}.schema_migrations (
 )`
 	currentVersionSQL  = `SELECT coalesce(max(version), 0) FROM {{schema}}.schema_migrations`
 	appliedVersionsSQL = `SELECT version FROM {{schema}}.schema_migrations`
-	recordVersionSQL  = `INSERT INTO {{schema}}.schema_migrations (version, name) VALUES ($1, $2)`
+	recordVersionSQL   = `INSERT INTO {{schema}}.schema_migrations (version, name) VALUES ($1, $2)`
 )
