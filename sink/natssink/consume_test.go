@@ -44,6 +44,12 @@ func publishRaw(ctx context.Context, t *testing.T, js jetstream.JetStream, subje
 	}
 }
 
+// jetstreamConsumerConfig is a durable pull consumer with explicit acks and a short
+// AckWait, so a lost ack is redelivered within the test.
+func jetstreamConsumerConfig(name string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second, MaxAckPending: 1000}
+}
+
 func countRows(t *testing.T, pool *pgxpool.Pool, q string, args ...any) int {
 	t.Helper()
 	var n int
@@ -79,9 +85,7 @@ func TestRunnerEffectsExactlyOnce(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE effects (n bigserial, event_id uuid, aggregate_id text, version bigint)`); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second, MaxAckPending: 1000,
-	})
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstreamConsumerConfig("billing"))
 	if err != nil {
 		t.Fatal(err)
 	}
