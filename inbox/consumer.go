@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -145,6 +146,9 @@ func (c *Consumer) finish(ctx context.Context, msg outbox.Message, res Result, s
 		return Result{}, fmt.Errorf("inbox: process event %s for %s: %w", msg.ID, c.name, err)
 	}
 	c.stats.add(st)
+	if res.Outcome == Applied && !msg.CreatedAt.IsZero() {
+		c.stats.lag.Store(int64(time.Since(msg.CreatedAt)))
+	}
 	for _, q := range st.quarantined {
 		c.logger.WarnContext(ctx, "quarantined event", slog.String("consumer", c.name), slog.String("event_id", q.msg.ID.String()),
 			slog.String("event_type", q.msg.EventType), slog.Int("schema_version", q.msg.SchemaVersion),

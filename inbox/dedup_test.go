@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,8 +27,8 @@ func TestDuplicateDeliveryIsSkipped(t *testing.T) {
 	if n := effectsOf(t, pool, m.ID); n != 1 {
 		t.Fatalf("%d effects of one event delivered three times, want 1", n)
 	}
-	if s := c.Stats(); s.Applied != 1 || s.Duplicates != 2 {
-		t.Fatalf("stats %+v, want 1 applied and 2 duplicates", s)
+	if s := c.Stats(); s.Applied != 1 || s.Duplicates != 2 || s.Lag <= 0 || s.Lag > time.Minute {
+		t.Fatalf("stats %+v, want 1 applied, 2 duplicates and the lag of an event just made", s)
 	}
 	// Another consumer of the same event is another dedup space.
 	other := newConsumer(t, &inbox.Config{Name: "shipping"})

@@ -1,6 +1,9 @@
 package inbox
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Stats counts what a [Consumer] has done since it was created. Events are counted when
 // the call that processed them returned without an error (on a pool: committed).
@@ -21,12 +24,18 @@ type Stats struct {
 	// GapRetries counts events refused under GapRetry.
 	GapRetries int64
 	// Errors counts calls that failed otherwise (handler errors, database errors,
-	// invalid messages): nothing of them was recorded.
+	// invalid messages): nothing of them was recorded. A commit whose answer was lost
+	// counts here too; its redelivery is then a duplicate.
 	Errors int64
+	// Lag is how old the last applied event was when its transaction committed: the
+	// commit time minus the event's CreatedAt. Zero before the first applied event, and
+	// for events without a CreatedAt.
+	Lag time.Duration
 }
 
 type counters struct {
 	applied, duplicates, stale, parked, unparked, quarantined, replayed, gapRetries, errors atomic.Int64
+	lag                                                                                     atomic.Int64 // nanoseconds
 }
 
 // tally is what one transaction did, added to the counters once it committed (an
@@ -53,5 +62,6 @@ func (c *Consumer) Stats() Stats {
 		Applied: s.applied.Load(), Duplicates: s.duplicates.Load(), Stale: s.stale.Load(),
 		Parked: s.parked.Load(), Unparked: s.unparked.Load(), Quarantined: s.quarantined.Load(),
 		Replayed: s.replayed.Load(), GapRetries: s.gapRetries.Load(), Errors: s.errors.Load(),
+		Lag: time.Duration(s.lag.Load()),
 	}
 }
