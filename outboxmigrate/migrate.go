@@ -2,6 +2,12 @@
 // migrations embedded in the binary, applied in one transaction under a
 // transaction-scoped advisory lock, so any number of processes may migrate at once.
 //
+// The migrations come in sets: [SetOutbox] (the events and the relay's tables) and
+// [SetInbox] (the consumer side, package inbox). A Migrator applies every set by default;
+// a service that only consumes selects [SetInbox] alone ([Config.Sets]) and gets the inbox
+// tables without the outbox's. Which migrations were applied is recorded one by one, so a
+// schema can take the other set later.
+//
 // Teams that run their own migration tool (goose, atlas, tern, …) can take the SQL
 // instead: [Migrator.Migrations] returns each migration rendered for the configured
 // schema.
@@ -44,7 +50,26 @@ type Config struct {
 	Schema string
 	// Logger receives one line per applied migration. Default: discard.
 	Logger *slog.Logger
+	// Sets selects the migration sets to apply. Default: every set ([SetOutbox] and
+	// [SetInbox]). A consumer-only service passes []Set{SetInbox}.
+	Sets []Set
 }
+
+// Set names a group of migrations that can be applied without the others.
+type Set string
+
+const (
+	// SetOutbox is the producer side: events, the relay's leases and configuration.
+	SetOutbox Set = "outbox"
+	// SetInbox is the consumer side: the tables of package inbox (dedup rows,
+	// per-aggregate versions, parked and quarantined events). It needs nothing of
+	// SetOutbox.
+	SetInbox Set = "inbox"
+)
+
+// setMarker, at the start of a line of a migration's header, names the set the
+// migration belongs to; a migration without one belongs to SetOutbox.
+const setMarker = "-- outboxmigrate:set "
 
 // Migration is one numbered migration, rendered for the configured schema.
 type Migration struct {
@@ -52,6 +77,8 @@ type Migration struct {
 	Version int
 	// Name is the rest of the file name (init).
 	Name string
+	// Set is the set the migration belongs to.
+	Set Set
 	// SQL is the migration's text with the schema substituted.
 	SQL string
 }
@@ -61,7 +88,8 @@ type Migrator struct {
 	schema     string
 	quoted     string
 	logger     *slog.Logger
-	migrations []Migration
+	migrations []Migration // the selected sets' migrations, in order
+	latest     int         // the highest version this build knows, of any set
 }
 
 // New returns a Migrator for cfg.
@@ -81,11 +109,42 @@ func New(cfg *Config) (*Migrator, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	migrations, err := load(quoted)
+	sets := map[Set]bool{SetOutbox: len(cfg.Sets) == 0, SetInbox: len(cfg.Sets) == 0}
+	for i, s := range cfg.Sets {
+		if s != SetOutbox && s != SetInbox {
+			return nil, fmt.Errorf("Config.Sets[%d]: unknown set %q (known: %q, %q)", i, s, SetOutbox, SetInbox)
+		}
+		sets[s] = true
+	}
+	all, err := load(quoted)
 	if err != nil {
 		return nil, err
 	}
-	return &Migrator{schema: schema, quoted: quoted, logger: logger, migrations: migrations}, nil
+	m := &Migrator{schema: schema, quoted: quoted, logger: logger, latest: len(all)}
+	for _, mig := range all {
+		if sets[mig.Set] {
+			m.migrations = append(m.migrations, mig)
+		}
+	}
+	return m, nil
+}
+
+// setOf returns the set a migration's text declares (see setMarker).
+func setOf(name, text string) (Set, error) {
+	for line := range strings.Lines(text) {
+		if !strings.HasPrefix(line, "--") {
+			break
+		}
+		if rest, ok := strings.CutPrefix(line, setMarker); ok {
+			switch s := Set(strings.TrimSpace(rest)); s {
+			case SetOutbox, SetInbox:
+				return s, nil
+			default:
+				return "", fmt.Errorf("migration %s: unknown set %q", name, s)
+			}
+		}
+	}
+	return SetOutbox, nil
 }
 
 func load(quoted string) ([]Migration, error) {
@@ -106,29 +165,36 @@ func load(quoted string) ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read migration %s: %w", name, err)
 		}
-		out = append(out, Migration{Version: v, Name: rest, SQL: sqlq.Render(string(b), quoted)})
+		set, err := setOf(name, string(b))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: v, Name: rest, Set: set, SQL: sqlq.Render(string(b), quoted)})
 	}
 	return out, nil
 }
 
-// Migrations returns every migration, in order, rendered for the configured schema.
+// Migrations returns every migration of the selected sets, in order, rendered for the
+// configured schema.
 func (m *Migrator) Migrations() []Migration {
 	return append([]Migration(nil), m.migrations...)
 }
 
-// Latest returns the highest migration version this build knows.
-func (m *Migrator) Latest() int { return len(m.migrations) }
+// Latest returns the highest migration version this build knows, of any set.
+func (m *Migrator) Latest() int { return m.latest }
 
 // Result says what [Migrator.Migrate] did.
 type Result struct {
 	// Applied lists the versions applied by this call, in order; empty when the schema
 	// was already current.
 	Applied []int
-	// Version is the schema's version after the call.
+	// Version is the schema's version after the call: the highest version applied to
+	// it, of any set.
 	Version int
 }
 
-// Migrate applies every migration not yet applied, in one transaction begun on db.
+// Migrate applies every migration of the selected sets not yet applied, in order, in one
+// transaction begun on db.
 // A transaction-scoped advisory lock (never a session lock, which a pooled connection
 // could keep or lose silently) serialises concurrent migrators of the same schema;
 // the second finds the work done and applies nothing.
@@ -151,14 +217,21 @@ func (m *Migrator) Migrate(ctx context.Context, db interface {
 		if _, err := tx.Exec(ctx, sqlq.Render(versionTableSQL, m.quoted)); err != nil {
 			return fmt.Errorf("create version table: %w", err)
 		}
-		current, err := currentVersion(ctx, tx, m.quoted)
+		applied, err := appliedVersions(ctx, tx, m.quoted)
 		if err != nil {
 			return err
 		}
-		if current > len(m.migrations) {
-			return fmt.Errorf("schema %s is at version %d, newer than this build knows (%d): upgrade the binary", m.schema, current, len(m.migrations))
+		current := 0
+		for v := range applied {
+			current = max(current, v)
 		}
-		for _, mig := range m.migrations[current:] {
+		if current > m.latest {
+			return fmt.Errorf("schema %s is at version %d, newer than this build knows (%d): upgrade the binary", m.schema, current, m.latest)
+		}
+		for _, mig := range m.migrations {
+			if applied[mig.Version] {
+				continue
+			}
 			if _, err := tx.Exec(ctx, mig.SQL); err != nil {
 				return fmt.Errorf("apply migration %04d_%s: %w", mig.Version, mig.Name, err)
 			}
@@ -167,8 +240,9 @@ func (m *Migrator) Migrate(ctx context.Context, db interface {
 			}
 			m.logger.InfoContext(ctx, "applied migration", slog.String("schema", m.schema), slog.Int("version", mig.Version), slog.String("name", mig.Name))
 			res.Applied = append(res.Applied, mig.Version)
+			current = max(current, mig.Version)
 		}
-		res.Version = len(m.migrations)
+		res.Version = current
 		return nil
 	})
 	if err != nil {
@@ -177,7 +251,8 @@ func (m *Migrator) Migrate(ctx context.Context, db interface {
 	return res, nil
 }
 
-// Version returns the schema's current version (0 when it was never migrated).
+// Version returns the schema's current version: the highest version applied, of any set
+// (0 when it was never migrated).
 func (m *Migrator) Version(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 },
@@ -202,12 +277,20 @@ func (m *Migrator) lockKey() int32 {
 	return int32(h.Sum32()) //nolint:gosec // a hash: wrapping is intended
 }
 
-func currentVersion(ctx context.Context, tx pgx.Tx, quoted string) (int, error) {
-	var v int
-	if err := tx.QueryRow(ctx, sqlq.Render(currentVersionSQL, quoted)).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+func appliedVersions(ctx context.Context, tx pgx.Tx, quoted string) (map[int]bool, error) {
+	rows, err := tx.Query(ctx, sqlq.Render(appliedVersionsSQL, quoted))
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
 	}
-	return v, nil
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
+	}
+	return applied, nil
 }
 
 const (
@@ -217,6 +300,7 @@ CREATE TABLE IF NOT EXISTS {{schema}}.schema_migrations (
     name       text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 )`
-	currentVersionSQL = `SELECT coalesce(max(version), 0) FROM {{schema}}.schema_migrations`
-	recordVersionSQL  = `INSERT INTO {{schema}}.schema_migrations (version, name) VALUES ($1, $2)`
+	currentVersionSQL  = `SELECT coalesce(max(version), 0) FROM {{schema}}.schema_migrations`
+	appliedVersionsSQL = `SELECT version FROM {{schema}}.schema_migrations`
+	recordVersionSQL   = `INSERT INTO {{schema}}.schema_migrations (version, name) VALUES ($1, $2)`
 )

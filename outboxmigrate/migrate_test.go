@@ -196,3 +196,76 @@ func TestMigrateRefusesANonUTF8Database(t *testing.T) {
 		t.Fatalf("the refused migration left schema outbox (%d, %v)", schemas, err)
 	}
 }
+
+// A consumer-only service migrates the inbox set alone: it gets the inbox tables and none
+// of the outbox's; a later Migrate with every set adds the outbox's without touching the
+// inbox's.
+func TestInboxSetAlone(t *testing.T) {
+	t.Parallel()
+	pool := emptyPool(t)
+	ctx := context.Background()
+	tables := func() []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'outbox' ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	inboxOnly, err := outboxmigrate.New(&outboxmigrate.Config{Sets: []outboxmigrate.Set{outboxmigrate.SetInbox}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mig := range inboxOnly.Migrations() {
+		if mig.Set != outboxmigrate.SetInbox {
+			t.Fatalf("migration %d of set %q selected with the inbox set alone", mig.Version, mig.Set)
+		}
+	}
+	res, err := inboxOnly.Migrate(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Applied) == 0 || res.Applied[0] != 6 {
+		t.Fatalf("inbox set applied %v; want [6 …]", res.Applied)
+	}
+	got := strings.Join(tables(), " ")
+	if got != "inbox inbox_parked inbox_quarantine inbox_versions schema_migrations" {
+		t.Fatalf("tables after the inbox set: %s", got)
+	}
+	if res, err := inboxOnly.Migrate(ctx, pool); err != nil || len(res.Applied) != 0 {
+		t.Fatalf("re-run of the inbox set: %+v, %v; want nothing applied", res, err)
+	}
+	all, err := outboxmigrate.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = all.Migrate(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range res.Applied {
+		if v == 6 {
+			t.Fatalf("every set applied %v: 0006 again", res.Applied)
+		}
+	}
+	if !strings.Contains(strings.Join(tables(), " "), "events") || res.Version != all.Latest() {
+		t.Fatalf("after every set: tables %v, version %d", tables(), res.Version)
+	}
+}
+
+func TestUnknownSetRefused(t *testing.T) {
+	t.Parallel()
+	_, err := outboxmigrate.New(&outboxmigrate.Config{Sets: []outboxmigrate.Set{"inbox", "nope"}})
+	if err == nil || !strings.Contains(err.Error(), "Config.Sets[1]") {
+		t.Fatalf("err = %v; want one naming Config.Sets[1]", err)
+	}
+}

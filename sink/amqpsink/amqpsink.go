@@ -21,6 +21,9 @@
 // (RabbitMQ confirms persistent messages after fsync, or once a quorum queue's
 // majority has it). A message routed only to non-durable queues is lost if the broker
 // restarts.
+//
+// On the consuming side, [Runner] feeds a queue to package inbox (effects once), with
+// manual acks after the commit and delayed retries through a TTL retry queue.
 package amqpsink
 
 import (

@@ -17,6 +17,9 @@
 // Durability: a record is acked once every in-sync replica has it. The producer id is
 // new for every client: broker-side dedup does not span a relay restart or a rebuilt
 // client, so consumers deduplicate by the id header.
+//
+// On the consuming side, [Runner] feeds a consumer group to package inbox (effects
+// once), committing per partition only offsets below which every record is done.
 package kafkasink
 
 import (

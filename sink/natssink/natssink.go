@@ -25,6 +25,9 @@
 // Create the connection with nats.ReconnectBufSize(-1): while it reconnects, a publish
 // then fails at once (reported as [outbox.Unavailable]) instead of waiting in a buffer
 // that would be flushed after the relay has given up on it.
+//
+// On the consuming side, [Runner] feeds a JetStream pull consumer to package inbox
+// (effects once), acking after the commit.
 package natssink
 
 import (
