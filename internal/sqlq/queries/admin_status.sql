@@ -1,0 +1,16 @@
+-- admin_status: the backlog at a glance. Each count walks one partial index (events_pending:
+-- pending rows; events_held: dead rows not discarded), so its cost follows the backlog and
+-- the dead letters, not the table. The oldest pending row is the first of events_pending in
+-- seq order (seq order is commit order for writers that take the aggregate lock). written
+-- counts the rows after seq $1 (the previous sample's max_seq): a primary-key range, for
+-- the handler's throughput estimate.
+SELECT
+    (SELECT count(*) FROM {{schema}}.events WHERE published_at IS NULL AND dead_at IS NULL AND available_at IS NOT NULL),
+    (SELECT now() - created_at FROM {{schema}}.events WHERE published_at IS NULL AND dead_at IS NULL AND available_at IS NOT NULL ORDER BY seq LIMIT 1),
+    (SELECT count(*) FROM {{schema}}.events WHERE dead_at IS NOT NULL AND discarded_at IS NULL),
+    (SELECT count(DISTINCT (aggregate_type, aggregate_id)) FROM {{schema}}.events WHERE dead_at IS NOT NULL AND discarded_at IS NULL),
+    coalesce((SELECT max(seq) FROM {{schema}}.events), 0),
+    (SELECT count(*) FROM {{schema}}.events WHERE seq > $1::bigint),
+    coalesce((SELECT mode FROM {{schema}}.relay_config), ''),
+    coalesce((SELECT partitions FROM {{schema}}.relay_config), 0),
+    now()
