@@ -88,7 +88,7 @@ func TestBulkGuards(t *testing.T) {
 	h := newAdmin(t, pool, func(o *outboxadmin.Options) { o.MaxBulk = 5 })
 	callJSON(t, h, http.MethodPost, "/api/replay", token, `{"actor":"ops","reason":"r"}`, http.StatusBadRequest, nil)
 	callJSON(t, h, http.MethodPost, "/api/replay", token, `{"filter":{},"actor":"ops","reason":"r"}`, http.StatusBadRequest, nil)
-	callJSON(t, h, http.MethodPost, "/api/replay", token, `{"filter":{"aggregateid":"a1"},"actor":"ops","reason":"r"}`, http.StatusBadRequest, nil)
+	callJSON(t, h, http.MethodPost, "/api/replay", token, `{"filter":{"aggregate_type":"order","aggregateid":"a1"},"actor":"ops","reason":"r"}`, http.StatusBadRequest, nil)
 	callJSON(t, h, http.MethodPost, "/api/replay", token, `{"all":true,"actor":"ops","reason":"r"}`, http.StatusConflict, nil) // 10 > MaxBulk
 	var res outboxadmin.Result
 	callJSON(t, h, http.MethodPost, "/api/discard", token, `{"filter":{"aggregate_id":"a1"},"actor":"ops","reason":"r","dry_run":true}`, http.StatusOK, &res)
