@@ -71,19 +71,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// authorized reports whether r carries the token, as a bearer header or (from a
-// dashboard form) in field, compared in constant time (over hashes, so neither the
-// length nor a prefix of the token leaks through timing).
-func (h *Handler) authorized(r *http.Request, formToken string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		got = formToken
-	}
+// tokenOK reports whether got is the token, compared in constant time (over hashes, so
+// neither the token's length nor a prefix of it leaks through timing).
+func (h *Handler) tokenOK(got string) bool {
 	if got == "" || h.o.Token == "" {
 		return false
 	}
 	sum := sha256.Sum256([]byte(got))
 	return subtle.ConstantTimeCompare(sum[:], h.token[:]) == 1
+}
+
+// bearer is r's bearer token, "" without one.
+func bearer(r *http.Request) string {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return got
 }
 
 // guard runs the checks every state-changing request passes, in order: the rate limit
@@ -113,7 +117,7 @@ func (h *Handler) mutating(next http.HandlerFunc) http.HandlerFunc {
 		if !h.guard(w, r) {
 			return
 		}
-		if !h.authorized(r, "") {
+		if !h.tokenOK(bearer(r)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="outbox"`)
 			writeError(w, http.StatusUnauthorized, "a bearer token is required")
 			return

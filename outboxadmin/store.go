@@ -241,6 +241,15 @@ func (s *store) events(ctx context.Context, f Filter, state string, after int64,
 	return out, nil
 }
 
+// countDead counts the dead letters matching f.
+func (s *store) countDead(ctx context.Context, f Filter) (int64, error) {
+	var n int64
+	if err := s.o.Pool.QueryRow(ctx, s.q("admin_count_dead"), f.args()...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	return n, nil
+}
+
 // errNotFound marks a missing event (404).
 var errNotFound = errors.New("not found")
 
