@@ -24,7 +24,7 @@ var assetFiles embed.FS
 var pageNames = []string{"overview", "types", "partitions", "dead", "blocked", "event", "audit", "error"}
 
 var pages = func() map[string]*template.Template {
-	funcs := template.FuncMap{"age": formatAge, "rate": formatRate, "time": formatTime}
+	funcs := template.FuncMap{"age": formatAge, "rate": formatRate, "time": formatTime, "bytes": formatBytes}
 	out := map[string]*template.Template{}
 	for _, name := range pageNames {
 		out[name] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html"))
@@ -334,4 +334,17 @@ func formatTime(t any) string {
 		return v.UTC().Format("2006-01-02 15:04:05Z")
 	}
 	return ""
+}
+
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

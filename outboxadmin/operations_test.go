@@ -205,6 +205,9 @@ func TestStatusCounts(t *testing.T) {
 	if st.Pending != 14 || st.Dead != 7 || st.BlockedAggregates != 7 || st.OldestPendingSeconds <= 0 {
 		t.Fatalf("status: pending %d dead %d blocked %d oldest %v", st.Pending, st.Dead, st.BlockedAggregates, st.OldestPendingSeconds)
 	}
+	if st.Retention.TableBytes == 0 || st.Retention.IndexBytes == 0 || st.Retention.OldestRow == nil {
+		t.Fatalf("retention: %+v", st.Retention)
+	}
 	if len(st.ByType) != 1 || st.ByType[0] != (outboxadmin.TypeCount{EventType: "order.created", Pending: 14, Dead: 7, OldestPendingSeconds: st.ByType[0].OldestPendingSeconds}) {
 		t.Fatalf("by type: %+v", st.ByType)
 	}

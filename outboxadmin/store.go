@@ -37,6 +37,8 @@ type Status struct {
 	Partitions int `json:"partitions"`
 	// At is the database's time of the sample.
 	At time.Time `json:"at"`
+	// Retention describes what the events table holds.
+	Retention Retention `json:"retention"`
 	// ByType counts per event type (types with pending or dead events).
 	ByType []TypeCount `json:"by_type"`
 	// ByPartition counts per relay partition, with its lease.
@@ -45,6 +47,21 @@ type Status struct {
 	Relays []Relay `json:"relays"`
 	// History holds the handler's recent samples, oldest first.
 	History []Sample `json:"history"`
+}
+
+// Retention describes the events table's size and how far back it reaches.
+type Retention struct {
+	// TableBytes and IndexBytes are the events table's and its indexes' sizes.
+	TableBytes int64 `json:"table_bytes"`
+	// IndexBytes: see TableBytes.
+	IndexBytes int64 `json:"index_bytes"`
+	// RowsEstimate and ArchivedEstimate are the planner's estimates (as of the last
+	// ANALYZE) of the rows in events and events_archive.
+	RowsEstimate int64 `json:"rows_estimate"`
+	// ArchivedEstimate: see RowsEstimate.
+	ArchivedEstimate int64 `json:"archived_estimate"`
+	// OldestRow is when the oldest event still in the table was created.
+	OldestRow *time.Time `json:"oldest_row,omitempty"`
 }
 
 // TypeCount is one event type's backlog.
@@ -163,7 +180,8 @@ func (s *store) status(ctx context.Context, after int64) (Status, int64, error) 
 	var oldest *time.Duration
 	var written int64
 	err := s.o.Pool.QueryRow(ctx, s.q("admin_status"), after).Scan(
-		&st.Pending, &oldest, &st.Dead, &st.BlockedAggregates, &st.MaxSeq, &written, &st.Mode, &st.Partitions, &st.At)
+		&st.Pending, &oldest, &st.Dead, &st.BlockedAggregates, &st.MaxSeq, &written, &st.Mode, &st.Partitions, &st.At,
+		&st.Retention.TableBytes, &st.Retention.IndexBytes, &st.Retention.RowsEstimate, &st.Retention.ArchivedEstimate, &st.Retention.OldestRow)
 	if err != nil {
 		return st, 0, fmt.Errorf("read status: %w", err)
 	}

@@ -3,7 +3,10 @@
 -- the dead letters, not the table. The oldest pending row is the first of events_pending in
 -- seq order (seq order is commit order for writers that take the aggregate lock). written
 -- counts the rows after seq $1 (the previous sample's max_seq): a primary-key range, for
--- the handler's throughput estimate.
+-- the handler's throughput estimate. Retention: the events table's and its indexes' sizes,
+-- the planner's row estimates (pg_class.reltuples: no count of the retained rows, which
+-- would read them all) of events and events_archive, and the creation time of the lowest
+-- seq still in the table (how far back retention has kept rows; a primary-key probe).
 SELECT
     (SELECT count(*) FROM {{schema}}.events WHERE published_at IS NULL AND dead_at IS NULL AND available_at IS NOT NULL),
     (SELECT now() - created_at FROM {{schema}}.events WHERE published_at IS NULL AND dead_at IS NULL AND available_at IS NOT NULL ORDER BY seq LIMIT 1),
@@ -13,4 +16,9 @@ SELECT
     (SELECT count(*) FROM {{schema}}.events WHERE seq > $1::bigint),
     coalesce((SELECT mode FROM {{schema}}.relay_config), ''),
     coalesce((SELECT partitions FROM {{schema}}.relay_config), 0),
-    now()
+    now(),
+    pg_table_size('{{schema}}.events'::regclass),
+    pg_indexes_size('{{schema}}.events'::regclass),
+    greatest((SELECT reltuples FROM pg_class WHERE oid = '{{schema}}.events'::regclass), 0)::bigint,
+    greatest((SELECT reltuples FROM pg_class WHERE oid = '{{schema}}.events_archive'::regclass), 0)::bigint,
+    (SELECT created_at FROM {{schema}}.events ORDER BY seq LIMIT 1)
