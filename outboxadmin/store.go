@@ -243,8 +243,16 @@ const defaultPartitions = 16
 
 // events lists one page of events in seq order after seq after.
 func (s *store) events(ctx context.Context, f Filter, state string, after int64, limit int) ([]Event, error) {
-	args := append(f.args(), state, after, limit)
-	rows, err := s.o.Pool.Query(ctx, s.q("admin_events_after"), args...)
+	var rows pgx.Rows
+	var err error
+	switch state {
+	case StateDead:
+		rows, err = s.o.Pool.Query(ctx, s.q("admin_events_dead"), append(f.args(), after, limit)...)
+	case StatePending:
+		rows, err = s.o.Pool.Query(ctx, s.q("admin_events_pending"), append(f.args(), after, limit)...)
+	default:
+		rows, err = s.o.Pool.Query(ctx, s.q("admin_events_after"), append(f.args(), state, after, limit)...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
@@ -361,7 +369,7 @@ type change struct {
 	reason  string
 	expect  *int64
 	dryRun  bool
-	pending bool // discard may take pending events too (one event by id)
+	pending bool // discard one event by id, pending too (admin_discard_one)
 }
 
 // Result reports what a replay or discard did (or, dry run, would do).
@@ -391,9 +399,14 @@ func (s *store) apply(ctx context.Context, c change) (Result, error) {
 	}
 	args := append(c.filter.args(), c.actor, c.reason, string(filterJSON))
 	query := s.q("admin_replay")
-	if c.action == ActionDiscard {
+	switch {
+	case c.action == ActionDiscard && c.pending:
+		if c.filter.ID == nil || c.filter != (Filter{ID: c.filter.ID}) {
+			return res, errors.New("discard: a pending event is discarded by id alone")
+		}
+		query, args = s.q("admin_discard_one"), []any{*c.filter.ID, c.actor, c.reason, string(filterJSON)}
+	case c.action == ActionDiscard:
 		query = s.q("admin_discard")
-		args = append(args, c.pending)
 	}
 	err = pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
 		var auditID *int64

@@ -1,15 +1,13 @@
--- admin_discard: discard every event matching the admin filter ($1–$6, see admin_filter)
--- that is dead and not discarded — and, when $10, also pending ones (a single event by id)
--- — in one statement, audited in the same one: actor $7, reason $8, filter $9 (jsonb).
--- Published and discarded rows never match (checked in WHERE; a row a relay is publishing
--- is waited for and re-checked). Returns the count discarded and the audit row's id.
+-- admin_discard: discard every dead letter (dead, not discarded: checked in WHERE, and
+-- events_held's predicate, so even a generic plan walks that index) matching the admin
+-- filter ($1–$6, see admin_filter) in one statement, audited in the same one: actor $7,
+-- reason $8, filter $9 (jsonb). A discarded event is never published and holds nothing.
+-- Pending events are discarded one at a time, by id (admin_discard_one). Returns the
+-- count discarded and the audit row's id.
 WITH discarded AS (
     UPDATE {{schema}}.events e
-    SET dead_at = coalesce(e.dead_at, now()), discarded_at = now(),
-        last_error = coalesce(e.last_error, 'discarded: ' || $8)
-    WHERE e.published_at IS NULL AND e.discarded_at IS NULL
-      AND (e.dead_at IS NOT NULL OR $10::bool)
-      AND {{include admin_filter}}
+    SET discarded_at = now(), last_error = coalesce(e.last_error, 'discarded: ' || $8)
+    WHERE e.dead_at IS NOT NULL AND e.discarded_at IS NULL AND {{include admin_filter}}
     RETURNING e.id
 ), audit AS (
     INSERT INTO {{schema}}.replays (action, actor, reason, event_ids, filter)

@@ -1,8 +1,6 @@
 -- admin_event: one event by id ($1), for the admin's detail view. The payload and the
 -- header values are read only when $2 (show payloads) is true; otherwise their sizes.
-SELECT e.seq, e.id, e.event_type, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_version, 0),
-       e.partition, {{include admin_state}}, e.created_at, e.available_at, e.attempts,
-       coalesce(e.last_error, ''), e.published_at, e.dead_at, e.discarded_at,
+SELECT {{include admin_event_columns}},
        e.schema_version, coalesce(e.topic, ''), e.content_type, coalesce(e.trace_parent, ''),
        CASE WHEN $2::bool THEN e.headers::text ELSE (SELECT coalesce(jsonb_object_agg(k, '<redacted>'), '{}')::text FROM jsonb_object_keys(e.headers) k) END,
        coalesce(octet_length(e.payload::text), octet_length(e.payload_bytes), 0),
