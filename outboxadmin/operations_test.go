@@ -307,3 +307,38 @@ func queryIDs(t testing.TB, pool *pgxpool.Pool) []string {
 	}
 	return ids
 }
+
+// A pending event is discarded by id; a bulk discard takes dead letters only, so the
+// pending events its filter also matches stay pending; a published event is neither
+// replayed nor discarded (409).
+func TestDiscardPendingOnlyByID(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, "order.created", aggregates("q", 3), 2)
+	kill(t, pool, "q0", 1)
+	h := newAdmin(t, pool, nil)
+	var res outboxadmin.Result
+	callJSON(t, h, http.MethodPost, "/api/discard", token, `{"filter":{"aggregate_type":"order"},"actor":"ops","reason":"r"}`, http.StatusOK, &res)
+	if res.Affected != 1 {
+		t.Fatalf("bulk discard: %d affected, want the 1 dead letter", res.Affected)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE discarded_at IS NULL AND dead_at IS NULL AND published_at IS NULL`); n != 5 {
+		t.Fatalf("%d pending left, want 5", n)
+	}
+	var pending, published string
+	if err := pool.QueryRow(context.Background(), `SELECT id::text FROM outbox.events WHERE aggregate_id = 'q1' AND aggregate_version = 1`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	callJSON(t, h, http.MethodPost, "/api/events/"+pending+"/discard", token, `{"actor":"ops","reason":"obsolete"}`, http.StatusOK, &res)
+	if res.Affected != 1 {
+		t.Fatalf("discard of a pending event: %+v", res)
+	}
+	if err := pool.QueryRow(context.Background(), `UPDATE outbox.events SET published_at = now() WHERE aggregate_id = 'q2' AND aggregate_version = 1 RETURNING id::text`).Scan(&published); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"replay", "discard"} {
+		if code, b := call(t, h, http.MethodPost, "/api/events/"+published+"/"+a, token, `{"actor":"ops","reason":"r"}`); code != http.StatusConflict || !strings.Contains(string(b), "is published") {
+			t.Fatalf("%s of a published event: %d %s, want 409", a, code, b)
+		}
+	}
+}
