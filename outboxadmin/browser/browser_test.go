@@ -48,9 +48,13 @@ func browser(t *testing.T) context.Context {
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
+	if err := chromedp.Do(ctx); err != nil { // starts the browser; no deadline on this first call
 		t.Fatalf("start %s: %v", chromium, err)
 	}
+	// Every later action together within two minutes, so a page that never shows what a
+	// step waits for fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancel)
 	return ctx
 }
 
