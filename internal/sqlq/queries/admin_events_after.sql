@@ -1,0 +1,16 @@
+-- admin_events_after: one page of events matching the admin filter ($1–$6, see
+-- admin_filter) and state $7 ('' any; published, discarded), in write order after seq $8,
+-- at most $9 rows: a walk of the primary key from $8. Dead letters and pending events have
+-- statements of their own (admin_events_dead, admin_events_pending), whose state is
+-- written out so that even a generic plan walks their partial index: with the state a
+-- parameter, the generic plan walked the primary key past 1M published rows for 200 dead
+-- ones (770 ms; 0.3 ms through events_held).
+SELECT {{include admin_event_columns}}
+FROM {{schema}}.events e
+WHERE {{include admin_filter}}
+  AND ($7::text = ''
+       OR ($7::text = 'published' AND e.published_at IS NOT NULL)
+       OR ($7::text = 'discarded' AND e.discarded_at IS NOT NULL))
+  AND e.seq > $8::bigint
+ORDER BY e.seq
+LIMIT $9

@@ -1,0 +1,288 @@
+package outboxadmin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Handler serves the admin API and the dashboard. Create it with [New].
+type Handler struct {
+	o       Options
+	store   *store
+	mux     *http.ServeMux
+	limiter *limiter
+	hist    history
+	token   [sha256.Size]byte
+}
+
+// New returns a Handler for o; it refuses options that would leave state-changing
+// requests open (no Token and not ReadOnly).
+func New(o Options) (*Handler, error) {
+	o, quoted, err := o.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("outboxadmin: %w", err)
+	}
+	h := &Handler{
+		o:       o,
+		store:   &store{o: o, quoted: quoted},
+		mux:     http.NewServeMux(),
+		limiter: newLimiter(o.RateLimit, o.RateBurst),
+		token:   sha256.Sum256([]byte(o.Token)),
+	}
+	h.routes()
+	return h, nil
+}
+
+func (h *Handler) routes() {
+	p := h.o.PathPrefix
+	h.mux.HandleFunc("GET "+p+"api/status", h.apiStatus)
+	h.mux.HandleFunc("GET "+p+"api/events", h.apiEvents)
+	h.mux.HandleFunc("GET "+p+"api/dead", h.apiDead)
+	h.mux.HandleFunc("GET "+p+"api/blocked", h.apiBlocked)
+	h.mux.HandleFunc("GET "+p+"api/events/{id}", h.apiEvent)
+	h.mux.HandleFunc("GET "+p+"api/audit", h.apiAudit)
+	h.mux.HandleFunc("POST "+p+"api/replay", h.mutating(h.apiBulk(ActionReplay)))
+	h.mux.HandleFunc("POST "+p+"api/discard", h.mutating(h.apiBulk(ActionDiscard)))
+	h.mux.HandleFunc("POST "+p+"api/events/{id}/replay", h.mutating(h.apiOne(ActionReplay)))
+	h.mux.HandleFunc("POST "+p+"api/events/{id}/discard", h.mutating(h.apiOne(ActionDiscard)))
+	h.dashboardRoutes()
+}
+
+// ServeHTTP serves r, with the security headers every answer carries.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	hd.Set("Cache-Control", "no-store")
+	ctx, cancel := context.WithTimeout(r.Context(), h.o.QueryTimeout)
+	defer cancel()
+	h.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// tokenOK reports whether got is the token, compared in constant time (over hashes, so
+// neither the token's length nor a prefix of it leaks through timing).
+func (h *Handler) tokenOK(got string) bool {
+	if got == "" || h.o.Token == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(sum[:], h.token[:]) == 1
+}
+
+// bearer is r's bearer token, "" without one.
+func bearer(r *http.Request) string {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return got
+}
+
+// guard runs the checks every state-changing request passes, in order: the rate limit
+// (429), read-only mode (403), the request size (413, from Content-Length; bodies are
+// also read through a bound). It reports whether r may go on; otherwise it answered.
+func (h *Handler) guard(w http.ResponseWriter, r *http.Request) bool {
+	if ok, wait := h.limiter.allow(); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		writeError(w, http.StatusTooManyRequests, "too many state-changing requests: try again later")
+		return false
+	}
+	if h.o.ReadOnly {
+		writeError(w, http.StatusForbidden, "the admin is read-only")
+		return false
+	}
+	if r.ContentLength > h.o.MaxBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.o.MaxBodyBytes))
+		return false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes)
+	return true
+}
+
+// mutating wraps an API handler that changes state: guard, then the bearer token (401).
+func (h *Handler) mutating(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.guard(w, r) {
+			return
+		}
+		if !h.tokenOK(bearer(r)) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="outbox"`)
+			writeError(w, http.StatusUnauthorized, "a bearer token is required")
+			return
+		}
+		next(w, r)
+	}
+}
+
+// apiRequest is the body of a replay or discard.
+type apiRequest struct {
+	Filter *Filter `json:"filter"`
+	// All must be true to act on every dead letter (an empty filter).
+	All    bool   `json:"all"`
+	Actor  string `json:"actor"`
+	Reason string `json:"reason"`
+	// Expect, when set, is the count the operator confirmed (from a dry run): a
+	// different count changes nothing (409).
+	Expect *int64 `json:"expect"`
+	DryRun bool   `json:"dry_run"`
+}
+
+// decode reads r's JSON body into v: unknown fields are refused (a misspelt filter field
+// must not widen a bulk action to every event).
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return err
+		}
+		return badRequest("body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("body: more than one JSON value")
+	}
+	return nil
+}
+
+// validateChange checks what every change needs: an actor and a reason.
+func validateChange(actor, reason string) error {
+	switch {
+	case strings.TrimSpace(actor) == "":
+		return badRequest("actor is required: replays and discards are audited")
+	case strings.TrimSpace(reason) == "":
+		return badRequest("reason is required: replays and discards are audited")
+	case len(actor) > 200 || len(reason) > 2000:
+		return badRequest("actor (200 bytes) or reason (2000 bytes) too long")
+	}
+	return nil
+}
+
+func (h *Handler) apiBulk(action Action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req apiRequest
+		if err := decode(r, &req); err != nil {
+			h.fail(w, err)
+			return
+		}
+		if err := validateChange(req.Actor, req.Reason); err != nil {
+			h.fail(w, err)
+			return
+		}
+		var f Filter
+		if req.Filter != nil {
+			f = *req.Filter
+		}
+		if f.empty() && !req.All {
+			h.fail(w, badRequest(`the filter is empty: name events, or send "all": true to %s every dead letter`, action))
+			return
+		}
+		res, err := h.change(r.Context(), change{action: action, filter: f, actor: req.Actor, reason: req.Reason, expect: req.Expect, dryRun: req.DryRun})
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+func (h *Handler) apiOne(action Action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := parseID(r.PathValue("id"))
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		var req struct {
+			Actor  string `json:"actor"`
+			Reason string `json:"reason"`
+		}
+		if err := decode(r, &req); err != nil {
+			h.fail(w, err)
+			return
+		}
+		if err := validateChange(req.Actor, req.Reason); err != nil {
+			h.fail(w, err)
+			return
+		}
+		res, err := h.changeOne(r.Context(), action, id, req.Actor, req.Reason)
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// changeOne replays or discards one event, and explains a refusal: 404 for no such
+// event, 409 for one in another state.
+func (h *Handler) changeOne(ctx context.Context, action Action, id uuid.UUID, actor, reason string) (Result, error) {
+	res, err := h.change(ctx, change{action: action, filter: Filter{ID: &id}, actor: actor, reason: reason, pending: action == ActionDiscard})
+	if err != nil || res.Affected == 1 {
+		return res, err
+	}
+	ev, err := h.store.event(ctx, id)
+	if err != nil {
+		return res, err
+	}
+	return res, fmt.Errorf("%w: event %s is %s: only %s", errConflict, id, ev.State, map[Action]string{
+		ActionReplay:  "dead events can be replayed (a discarded one no longer holds its aggregate: replaying it would break the order)",
+		ActionDiscard: "pending or dead events can be discarded",
+	}[action])
+}
+
+// change applies c and logs it.
+func (h *Handler) change(ctx context.Context, c change) (Result, error) {
+	res, err := h.store.apply(ctx, c)
+	if err != nil {
+		return res, err
+	}
+	if !c.dryRun {
+		h.o.Logger.Info("outboxadmin: "+string(c.action), "actor", c.actor, "reason", c.reason,
+			"filter", c.filter, "affected", res.Affected, "audit_id", res.AuditID)
+	}
+	return res, nil
+}
+
+// fail answers err with its status: 400, 404, 409, 413 or (logged, not shown) 500.
+func (h *Handler) fail(w http.ResponseWriter, err error) {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.o.MaxBodyBytes))
+		return
+	}
+	switch {
+	case errors.Is(err, errBadRequest):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, errNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, errConflict):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		h.o.Logger.Error("outboxadmin: request timed out", slog.Any("error", err))
+		writeError(w, http.StatusServiceUnavailable, "the database did not answer in time")
+	default:
+		h.o.Logger.Error("outboxadmin: internal error", slog.Any("error", err))
+		writeError(w, http.StatusInternalServerError, "internal error (logged)")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
