@@ -32,3 +32,11 @@ func NextClaim(r *Relay, fromFloor bool) (string, []any) {
 	}
 	return r.batches.q.claim, r.batches.claimQuery(nil, fa).args
 }
+
+// FullClaimNow makes r's next claim read from the first row (tests only).
+func FullClaimNow(r *Relay) {
+	f := &r.batches.floor
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastFull = time.Time{}
+}

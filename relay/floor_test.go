@@ -95,11 +95,12 @@ const maxTrickleBuffers = 200
 // floor: a claim of a few rows reads a few pages, not the dead entries of every drained
 // row (issue 16; docs/adr/0010-claim-floor.md). The same claim from the first row is
 // measured too, and must read many more: the measure tells the two apart.
+//
+// Not parallel, and its modes one after the other: writing and draining the backlog
+// loads the server, and the floor waits for the transactions of the tests beside it.
 func TestTrickleClaimAfterDrainedBacklogReadsFewPages(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []relay.Mode{relay.Unordered, relay.Ordered} {
 		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
 			pool := pgtest.Pool(t)
 			drainBacklog(t, pool)
 			sink := &memsink.Sink{}
@@ -223,5 +224,50 @@ func TestReplayBelowTheFloorDelivered(t *testing.T) {
 			trickle(t, pool, sink, 10*time.Second, func() bool { return delivered("replayed")(sink.Messages()) })
 			t.Logf("the replayed event (seq %d, below the floor) delivered %s after the replay; floor now %d", seq, time.Since(replayed).Round(time.Millisecond), relay.FloorOf(r))
 		})
+	}
+}
+
+// A row made pending by hand below an ordered relay's floor (out of band: nothing the
+// floor can see) does not let its aggregate's later event go first: the claim that finds
+// heads above the floor checks each for an earlier pending row of its aggregate, and the
+// aggregate waits for the claim that reads from the first row, which delivers both in
+// order.
+func TestOrderedOutOfBandRowBelowTheFloorKeepsOrder(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	sink := &memsink.Sink{}
+	cfg := fastConfig()
+	cfg.Mode = relay.Ordered
+	r := newRelay(t, pool, sink, cfg)
+	relay.NoFullClaims(r)
+	start(t, r)
+	enqueueOne(t, pool, nil, "oob")
+	waitFor(t, sink, 10*time.Second, "the first event", delivered("oob"))
+	seq := queryInt(t, pool, `SELECT seq FROM outbox.events WHERE aggregate_id = 'oob'`)
+	trickle(t, pool, sink, time.Minute, func() bool { return relay.FloorOf(r) > int64(seq) })
+
+	if _, err := pool.Exec(ctx, `UPDATE outbox.events SET published_at = NULL WHERE aggregate_id = 'oob'`); err != nil {
+		t.Fatal(err)
+	}
+	enqueueOne(t, pool, nil, "oob")
+	// The trickle goes on, claimed from the floor: the aggregate's second event must wait.
+	n := 0
+	trickle(t, pool, sink, time.Minute, func() bool { n++; return n > 50 })
+	if got := count(sink.Messages(), func(m outbox.Message) bool { return m.AggregateID == "oob" }); got != 1 {
+		t.Fatalf("%d deliveries of aggregate oob, want 1: its second event went out before the first, made pending again below the floor", got)
+	}
+	relay.FullClaimNow(r)
+	trickle(t, pool, sink, 10*time.Second, func() bool {
+		return count(sink.Messages(), func(m outbox.Message) bool { return m.AggregateID == "oob" }) >= 3
+	})
+	var seqs []int64
+	for _, m := range sink.Messages() {
+		if m.AggregateID == "oob" {
+			seqs = append(seqs, m.Seq)
+		}
+	}
+	if len(seqs) != 3 || seqs[1] != int64(seq) || seqs[2] <= seqs[1] {
+		t.Fatalf("aggregate oob delivered as seqs %v, want %d, then %d again, then the later one", seqs, seq, seq)
 	}
 }
