@@ -38,13 +38,14 @@ func drainBacklog(t *testing.T, pool *pgxpool.Pool) {
 }
 
 // trickle enqueues one event at a time, each of its own aggregate ("trickle-N"), waits
-// for each to be delivered, until done says so; it fails t after timeout.
-func trickle(t *testing.T, pool *pgxpool.Pool, sink *memsink.Sink, timeout time.Duration, done func() bool) {
+// for each to be delivered, until done says so; it fails t after timeout, saying what
+// was waited for.
+func trickle(t *testing.T, pool *pgxpool.Pool, sink *memsink.Sink, timeout time.Duration, what string, done func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for i := 0; !done(); i++ {
 		if time.Now().After(deadline) {
-			t.Fatalf("trickle: not done after %s", timeout)
+			t.Fatalf("a trickle of %d events over %s: still waiting for %s", i, timeout, what)
 		}
 		id := fmt.Sprintf("trickle-%d-%s", i, uuid.NewString()[:8])
 		enqueueOne(t, pool, nil, id)
@@ -108,7 +109,7 @@ func TestTrickleClaimAfterDrainedBacklogReadsFewPages(t *testing.T) {
 			cfg.Mode = mode
 			r := newRelay(t, pool, sink, cfg)
 			stop := start(t, r)
-			trickle(t, pool, sink, time.Minute, func() bool { return relay.FloorOf(r) > drainedRows })
+			trickle(t, pool, sink, time.Minute, "the floor to pass the drained rows", func() bool { return relay.FloorOf(r) > drainedRows })
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +152,7 @@ func TestLateCommitBelowTheFloorDelivered(t *testing.T) {
 			r := newRelay(t, pool, sink, cfg)
 			relay.NoFullClaims(r)
 			start(t, r)
-			trickle(t, pool, sink, time.Minute, func() bool { return relay.FloorOf(r) > 0 })
+			trickle(t, pool, sink, time.Minute, "a floor", func() bool { return relay.FloorOf(r) > 0 })
 
 			late, err := pool.Begin(ctx)
 			if err != nil {
@@ -167,7 +168,7 @@ func TestLateCommitBelowTheFloorDelivered(t *testing.T) {
 			}
 			// Higher seqs published for well over the floor's window.
 			until := time.Now().Add(3 * time.Second)
-			trickle(t, pool, sink, 30*time.Second, func() bool {
+			trickle(t, pool, sink, 30*time.Second, "3 s of higher seqs", func() bool {
 				if f := relay.FloorOf(r); f > seq {
 					t.Fatalf("floor %d passed seq %d, held by a transaction still open", f, seq)
 				}
@@ -177,7 +178,7 @@ func TestLateCommitBelowTheFloorDelivered(t *testing.T) {
 				t.Fatal(err)
 			}
 			committed := time.Now()
-			trickle(t, pool, sink, 10*time.Second, func() bool { return delivered("late")(sink.Messages()) })
+			trickle(t, pool, sink, 10*time.Second, "the late commit's event", func() bool { return delivered("late")(sink.Messages()) })
 			t.Logf("the late commit (seq %d) delivered %s after it committed; floor now %d", seq, time.Since(committed).Round(time.Millisecond), relay.FloorOf(r))
 		})
 	}
@@ -214,14 +215,14 @@ func TestReplayBelowTheFloorDelivered(t *testing.T) {
 			if err := pool.QueryRow(ctx, `SELECT seq, id FROM outbox.events WHERE aggregate_id = 'replayed'`).Scan(&seq, &id); err != nil {
 				t.Fatal(err)
 			}
-			trickle(t, pool, sink, time.Minute, func() bool { return relay.FloorOf(r) > seq })
+			trickle(t, pool, sink, time.Minute, "the floor to pass the dead event", func() bool { return relay.FloorOf(r) > seq })
 
 			refuse.Store(false)
 			if _, err := relay.Replay(ctx, pool, relay.Action{IDs: []uuid.UUID{id}, Actor: "test", Reason: "below the floor"}); err != nil {
 				t.Fatal(err)
 			}
 			replayed := time.Now()
-			trickle(t, pool, sink, 10*time.Second, func() bool { return delivered("replayed")(sink.Messages()) })
+			trickle(t, pool, sink, 10*time.Second, "the replayed event", func() bool { return delivered("replayed")(sink.Messages()) })
 			t.Logf("the replayed event (seq %d, below the floor) delivered %s after the replay; floor now %d", seq, time.Since(replayed).Round(time.Millisecond), relay.FloorOf(r))
 		})
 	}
@@ -245,7 +246,7 @@ func TestOrderedOutOfBandRowBelowTheFloorKeepsOrder(t *testing.T) {
 	enqueueOne(t, pool, nil, "oob")
 	waitFor(t, sink, 10*time.Second, "the first event", delivered("oob"))
 	seq := queryInt(t, pool, `SELECT seq FROM outbox.events WHERE aggregate_id = 'oob'`)
-	trickle(t, pool, sink, time.Minute, func() bool { return relay.FloorOf(r) > int64(seq) })
+	trickle(t, pool, sink, time.Minute, "the floor to pass the first event", func() bool { return relay.FloorOf(r) > int64(seq) })
 
 	if _, err := pool.Exec(ctx, `UPDATE outbox.events SET published_at = NULL WHERE aggregate_id = 'oob'`); err != nil {
 		t.Fatal(err)
@@ -253,12 +254,12 @@ func TestOrderedOutOfBandRowBelowTheFloorKeepsOrder(t *testing.T) {
 	enqueueOne(t, pool, nil, "oob")
 	// The trickle goes on, claimed from the floor: the aggregate's second event must wait.
 	n := 0
-	trickle(t, pool, sink, time.Minute, func() bool { n++; return n > 50 })
+	trickle(t, pool, sink, time.Minute, "50 events", func() bool { n++; return n > 50 })
 	if got := count(sink.Messages(), func(m outbox.Message) bool { return m.AggregateID == "oob" }); got != 1 {
 		t.Fatalf("%d deliveries of aggregate oob, want 1: its second event went out before the first, made pending again below the floor", got)
 	}
 	relay.FullClaimNow(r)
-	trickle(t, pool, sink, 10*time.Second, func() bool {
+	trickle(t, pool, sink, 10*time.Second, "both of aggregate oob's events", func() bool {
 		return count(sink.Messages(), func(m outbox.Message) bool { return m.AggregateID == "oob" }) >= 3
 	})
 	var seqs []int64

@@ -1,11 +1,11 @@
 -- claim_ordered_pick: the rows an ordered claim takes, as the CTE claimed (their ctids),
 -- locked. Not a statement: claim_ordered.sql (mark the rows published),
 -- claim_ordered_delete.sql (delete them) and poison_candidates_ordered.sql (list them)
--- include it and finish it, so the marking or deleting statement is the top-level one
--- and its rows go straight to the relay (as a CTE, RETURNING went through a tuplestore:
--- a quarter of a delete-on-publish claim).
+-- include it after claim_floor.sql and finish it, so the marking or deleting statement
+-- is the top-level one and its rows go straight to the relay (as a CTE, RETURNING went
+-- through a tuplestore: a quarter of a delete-on-publish claim).
 --
--- $3: the relay partitions this relay leases (int[]; null: all), $8: how many relay
+-- $1, $2: claim_floor.sql's (the floor, the last replay known); $3: the relay partitions this relay leases (int[]; null: all), $8: how many relay
 -- partitions there are (an event partition p is in relay partition p * $8 / 4096: a few
 -- integer operations per row, where a list of event partitions cost a search of up to
 -- 4096 entries per checked row);
@@ -19,7 +19,9 @@
 -- cursors, kept by the relay (relay/heads.go).
 --
 -- A row may be published only when it is its aggregate's head: the first pending row of
--- the aggregate, not held by an earlier dead row. Heads are found by discovery, never
+-- the aggregate, not held by an earlier dead row. When at most 128 rows are pending from
+-- the floor, the heads are found among them (near, few and the second branch of heads
+-- below; docs/adr/0010-claim-floor.md). Else heads are found by discovery, never
 -- by walking the backlog: a loose index scan of events_pending_aggregate, whose first
 -- entry past an aggregate's key is the next aggregate's head, costs one index descent
 -- per aggregate however deep its backlog. Heads are shared fairly:
