@@ -18,7 +18,7 @@ import (
 )
 
 // drainedRows is the backlog drained (marked published, not vacuumed) before a trickle.
-const drainedRows = 100_000
+const drainedRows = 150_000
 
 // drainBacklog writes drainedRows events over 1,000 aggregates and marks them all published,
 // then ANALYZE, no VACUUM (autovacuum is off on the test server, and a busy one is the
@@ -89,7 +89,7 @@ func claimBuffers(t *testing.T, pool *pgxpool.Pool, sql string, args []any) int 
 // maxTrickleBuffers bounds the pages a claim of a few rows reads after a drained backlog:
 // the rows' own pages, the indexes' descents, and the dead entries of what was drained
 // since the floor's last observation. Without the floor the claim reads the drained rows'
-// dead entries: over 500 pages for 100,000 rows.
+// dead entries: about 500 pages for 150,000 rows.
 const maxTrickleBuffers = 200
 
 // After a drained backlog (ANALYZE, no VACUUM), a relay under a trickle claims from its

@@ -15,9 +15,10 @@
 -- seen is what the relay learns from the claim (claim_seen.sql returns it): the lowest
 -- pending seq at or above the floor, the snapshot's xmin and xmax (as bigints) and the
 -- last replay's id.
-WITH RECURSIVE bound AS MATERIALIZED (
-    SELECT CASE WHEN coalesce((SELECT max(r.id) FROM {{schema}}.replays r), 0) > $2::bigint THEN 0
-                ELSE $1::bigint END AS seq
+WITH RECURSIVE replayed AS MATERIALIZED (
+    SELECT coalesce(max(r.id), 0) AS id FROM {{schema}}.replays r
+), bound AS MATERIALIZED (
+    SELECT CASE WHEN (SELECT id FROM replayed) > $2::bigint THEN 0 ELSE $1::bigint END AS seq
 ), seen AS MATERIALIZED (
     SELECT (SELECT p.seq FROM {{schema}}.events p
             WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.available_at IS NOT NULL
@@ -26,5 +27,5 @@ WITH RECURSIVE bound AS MATERIALIZED (
             LIMIT 1) AS min_pending,
            pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin,
            pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax,
-           coalesce((SELECT max(r.id) FROM {{schema}}.replays r), 0) AS replays
+           (SELECT id FROM replayed) AS replays
 ),

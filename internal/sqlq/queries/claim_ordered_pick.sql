@@ -19,7 +19,7 @@
 -- cursors, kept by the relay (relay/heads.go).
 --
 -- A row may be published only when it is its aggregate's head: the first pending row of
--- the aggregate, not held by an earlier dead row. When at most 128 rows are pending from
+-- the aggregate, not held by an earlier dead row. When at most 64 rows are pending from
 -- the floor, the heads are found among them (near, few and the second branch of heads
 -- below; docs/adr/0010-claim-floor.md). Else heads are found by discovery, never
 -- by walking the backlog: a loose index scan of events_pending_aggregate, whose first
@@ -42,20 +42,20 @@
 -- locked and that are available is claimed: a row skipped by SKIP LOCKED or not yet
 -- available ends its aggregate's share of the batch.
 near AS MATERIALIZED (
-    -- the pending rows from the bound (claim_floor.sql), in seq order, up to one more
-    -- than a small claim's worth: a walk of events_pending, which skips the dead entries
-    -- of the rows drained below the bound
+    -- the pending rows from the lowest one claim_floor.sql found (from its bound), in
+    -- seq order, up to one more than a small claim's worth: a walk of events_pending
+    -- that reads neither the dead entries below the bound nor those that part walked
     SELECT p.seq, p.ctid, p.aggregate_type, p.aggregate_id, p.partition, p.available_at
     FROM {{schema}}.events p
     WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.available_at IS NOT NULL
-      AND p.seq >= (SELECT seq FROM bound)
+      AND p.seq >= (SELECT min_pending FROM seen)
     ORDER BY p.seq
-    LIMIT 129
+    LIMIT 65
 ), few AS MATERIALIZED (
     -- near holds every pending row: the heads are found among them (small, below), not
     -- by discovery in events_pending_aggregate, whose drained rows' dead entries lie
     -- between the live aggregates where no bound can skip them
-    SELECT count(*) <= 128 AS ok FROM near
+    SELECT count(*) <= 64 AS ok FROM near
 ), types AS (
     -- the aggregate types with a pending row, one index descent each (not when few)
     (SELECT p.aggregate_type FROM {{schema}}.events p

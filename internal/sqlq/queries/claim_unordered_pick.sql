@@ -3,14 +3,15 @@
 -- claim_unordered_delete.sql (delete them) and poison_candidates_unordered.sql (list
 -- them) include it after claim_floor.sql ($1 the floor, $2 the last replay known) and
 -- finish it. $3: batch size. The oldest available pending rows that no other relay
--- holds: a walk of events_pending in seq order from the bound (claim_floor.sql: no
--- pending row is below it, so the walk skips the dead entries of the rows drained
--- before it), SKIP LOCKED.
+-- holds: a walk of events_pending in seq order, SKIP LOCKED, from the lowest pending
+-- row claim_floor.sql found (from its bound: no pending row is below it, so neither
+-- walks the dead entries of the rows drained before it; and this one does not walk
+-- again those that part walked past).
 picked AS (
     SELECT seq FROM {{schema}}.events
     WHERE published_at IS NULL AND dead_at IS NULL
       AND available_at <= now()
-      AND seq >= (SELECT seq FROM bound)
+      AND seq >= (SELECT min_pending FROM seen)
     ORDER BY seq
     LIMIT $3
     FOR UPDATE SKIP LOCKED
