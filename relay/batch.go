@@ -32,6 +32,8 @@ type batcher struct {
 	breaker *breaker
 	// rotation keeps where the last ordered claims stopped, per aggregate type
 	rotation rotation
+	// floor keeps the seq the claims read the pending rows from (claim_floor.sql)
+	floor floor
 	// foundWork is called when a claim found work, to bring an idle worker in;
 	// released when a late settle made aggregates claimable again.
 	foundWork, released func()
@@ -255,10 +257,20 @@ func (b *batcher) ready(ctx context.Context) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()
-	var ready bool
-	if err := b.pool.QueryRow(ctx, b.q.probe, scope, b.cfg.Partitions).Scan(&ready); err != nil {
+	var (
+		ready      bool
+		minPending *int64
+		saw        seen
+	)
+	fa := b.floor.args(time.Now())
+	if err := b.pool.QueryRow(ctx, b.q.probe, fa.floor, fa.replays, scope, b.cfg.Partitions).
+		Scan(&ready, &minPending, &saw.xmin, &saw.xmax, &saw.replays); err != nil {
 		return false, fmt.Errorf("probe for work: %w", err)
 	}
+	if minPending != nil {
+		saw.minPending = *minPending
+	}
+	b.floor.observe(fa, saw, time.Now())
 	return ready, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -41,7 +42,8 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedB
 	for _, set := range settings {
 		batch.Queue(set)
 	}
-	q := b.claimQuery(scope)
+	fa := b.floor.args(time.Now())
+	q := b.claimQuery(scope, fa)
 	batch.Queue(b.q.claim, q.args...)
 	br := tx.begin(ctx, batch)
 	defer func() { _ = br.Close() }()
@@ -54,9 +56,13 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedB
 	if err != nil {
 		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	read, err := b.readClaimed(rows, q.capacity)
+	var saw seen
+	read, err := b.readClaimed(rows, q.capacity, &saw)
 	if err != nil {
 		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	if len(read.msgs) > 0 { // an empty claim returns no row, so nothing of what it saw
+		b.floor.observe(fa, saw, time.Now())
 	}
 	c := b.assemble(read)
 	c.full = len(read.msgs) >= q.capacity
@@ -74,37 +80,42 @@ type claimQuery struct {
 	heads    int // ordered mode: most aggregates the claim takes
 }
 
-// claimQuery returns the arguments of the next claim in scope: BatchSize and
-// MaxBatchEvents, halved as often as failed claims asked (narrowClaims).
-func (b *batcher) claimQuery(scope []int) claimQuery {
+// claimQuery returns the arguments of the next claim in scope from the floor fa:
+// BatchSize and MaxBatchEvents, halved as often as failed claims asked (narrowClaims).
+func (b *batcher) claimQuery(scope []int, fa floorArgs) claimQuery {
 	batchSize, maxEvents := b.narrowed(b.cfg.BatchSize), b.narrowed(b.cfg.MaxBatchEvents)
 	if b.cfg.Mode != Ordered {
-		return claimQuery{args: []any{batchSize}, capacity: batchSize}
+		return claimQuery{args: []any{fa.floor, fa.replays, batchSize}, capacity: batchSize}
 	}
 	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
 	types, ids := b.rotation.args()
 	return claimQuery{
-		heads:    min(batchSize, maxEvents),
-		args:     orderedClaim{scope, min(batchSize, maxEvents), b.cfg.MaxPerAggregate, b.cfg.PublishPastDead, maxEvents, b.cfg.Partitions, types, ids}.args(),
+		heads: min(batchSize, maxEvents),
+		args: orderedClaim{
+			fa.floor, fa.replays, scope, min(batchSize, maxEvents), b.cfg.MaxPerAggregate, b.cfg.PublishPastDead,
+			maxEvents, b.cfg.Partitions, types, ids,
+		}.args(),
 		capacity: maxEvents,
 	}
 }
 
-// orderedClaim holds the parameters of claim_ordered_pick.sql, by name.
+// orderedClaim holds the parameters of claim_ordered_pick.sql (after claim_floor.sql's),
+// by name.
 type orderedClaim struct {
-	scope           []int // $1: relay partitions; nil: all
-	heads           int   // $2
-	maxPerAggregate int   // $3
+	floor, replays  int64 // $1, $2: claim_floor.sql's
+	scope           []int // $3: relay partitions; nil: all
+	heads           int   // $4
+	maxPerAggregate int   // $5
 	publishPastDead []string
-	maxEvents       int // $5
-	partitions      int // $6
+	maxEvents       int // $7
+	partitions      int // $8
 	cursorTypes     []string
 	cursorIDs       []string
 }
 
 // args are the parameters in claim_ordered_pick.sql's order.
 func (o orderedClaim) args() []any {
-	return []any{o.scope, o.heads, o.maxPerAggregate, o.publishPastDead, o.maxEvents, o.partitions, o.cursorTypes, o.cursorIDs}
+	return []any{o.floor, o.replays, o.scope, o.heads, o.maxPerAggregate, o.publishPastDead, o.maxEvents, o.partitions, o.cursorTypes, o.cursorIDs}
 }
 
 // readRows is what a claim statement returned, row by row, in its order.
@@ -115,14 +126,16 @@ type readRows struct {
 }
 
 // readClaimed reads the rows of a claim statement (claim_columns.sql's columns, then the
-// attempts before the claim). A value that cannot be read (written out of band: a time
-// out of Go's range, say) fails with a *readError.
-func (b *batcher) readClaimed(rows pgx.Rows, capacity int) (readRows, error) {
+// attempts before the claim; then, with saw, claim_seen.sql's, into saw). A value that
+// cannot be read (written out of band: a time out of Go's range, say) fails with a
+// *readError.
+func (b *batcher) readClaimed(rows pgx.Rows, capacity int, saw *seen) (readRows, error) {
 	defer rows.Close()
 	var (
 		out         readRows
 		spare       claimedRow // a row's put-back columns when they are not kept
 		traceParent *string
+		minPending  *int64 // claim_seen.sql's first column: null when nothing is pending
 	)
 	keepRows := b.cfg.Retention.Mode == DeleteOnPublish
 	if keepRows {
@@ -145,11 +158,15 @@ func (b *batcher) readClaimed(rows pgx.Rows, capacity int) (readRows, error) {
 			row = &out.rows[len(out.rows)-1]
 		}
 		aggType.dst, eventType.dst, topic.dst, contentType.dst = &m.AggregateType, &m.EventType, &m.Topic, &m.ContentType
-		if err := rows.Scan(
+		dst := []any{
 			&m.Seq, (*[16]byte)(&m.ID), aggType, &m.AggregateID, &m.AggregateVersion, eventType,
 			&m.SchemaVersion, topic, h, contentType, &m.Payload, &traceParent, &m.CreatedAt,
 			&row.availableAt, &row.lastError, &row.payloadJSON, &row.attempts,
-		); err != nil {
+		}
+		if saw != nil {
+			dst = append(dst, &minPending, &saw.xmin, &saw.xmax, &saw.replays)
+		}
+		if err := rows.Scan(dst...); err != nil {
 			return out, &readError{err}
 		}
 		m.Attempt = row.attempts + 1
@@ -159,6 +176,9 @@ func (b *batcher) readClaimed(rows pgx.Rows, capacity int) (readRows, error) {
 		if keepRows {
 			row.headers, row.traceParent, row.seq = *h, traceParent, m.Seq
 		}
+	}
+	if saw != nil && minPending != nil {
+		saw.minPending = *minPending
 	}
 	return out, rows.Err()
 }

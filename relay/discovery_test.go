@@ -77,14 +77,14 @@ func TestOrderedClaimSharesHeadsFairly(t *testing.T) {
 		t.Helper()
 		var seqs []int64
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, claim, scope, heads, 4, pastDead, 1000, 16, c.types, c.ids)
+			rows, err := tx.Query(ctx, claim, 0, 0, scope, heads, 4, pastDead, 1000, 16, c.types, c.ids)
 			if err != nil {
 				return err
 			}
 			defer rows.Close()
 			for rows.Next() {
 				var seq int64
-				if err := rows.Scan(&seq, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil); err != nil {
+				if err := rows.Scan(&seq, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil); err != nil {
 					return err
 				}
 				seqs = append(seqs, seq)

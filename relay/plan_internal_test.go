@@ -120,12 +120,12 @@ func explainClaim(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql, mo
 	defer func() { _ = tx.Rollback(ctx) }()
 	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE claim") }()                         // PREPARE outlives the transaction
 	setup := append([]string{"SET LOCAL plan_cache_mode = " + mode}, claimSettings...) // as the relay plans it
-	for _, s := range append(setup, "PREPARE claim(int[], int, int, text[], int, int, text[], text[]) AS "+sql) {
+	for _, s := range append(setup, "PREPARE claim(bigint, bigint, int[], int, int, text[], int, int, text[], text[]) AS "+sql) {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s[:min(len(s), 60)], err)
 		}
 	}
-	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE claim(NULL, 100, 10, NULL, 1000, 16, '{account}', '{a5}')", pgx.QueryExecModeSimpleProtocol)
+	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE claim(0, 0, NULL, 100, 10, NULL, 1000, 16, '{account}', '{a5}')", pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -54,7 +55,7 @@ func contentError(err error) bool {
 // claim fail and parks it dead; it reports whether it parked one. When no single row
 // fails alone (the rows fail only together: too much at once), it parks nothing.
 func (b *batcher) isolatePoison(ctx context.Context, conn *pgx.Conn, scope []int, cause error) (bool, error) {
-	q := b.claimQuery(scope)
+	q := b.claimQuery(scope, b.floor.args(time.Now()))
 	var candidates []int64
 	if err := rolledBack(ctx, conn, func(tx pgx.Tx) error {
 		for _, set := range claimSettings {
@@ -100,7 +101,7 @@ func (b *batcher) findPoison(ctx context.Context, conn *pgx.Conn, candidates []i
 			if err != nil {
 				return err
 			}
-			_, err = b.readClaimed(rows, len(seqs))
+			_, err = b.readClaimed(rows, len(seqs), nil)
 			return err
 		})
 		if contentError(err) {

@@ -5,11 +5,13 @@
 -- Claimed rows are marked published (attempt counted) before the sink has them, as in
 -- claim_unordered.sql: the transaction stays open while the relay publishes, a crash or
 -- a rollback undoes the mark, and what the sink did not take is put back by
--- settle_keep.sql before the commit (ADR 0004). Columns: claim_columns.sql's, then the
--- attempts before this claim.
+-- settle_keep.sql before the commit (ADR 0004). Columns: claim_columns.sql's, the
+-- attempts before this claim, then claim_seen.sql's.
+{{include claim_floor}}
 {{include claim_ordered_pick}}
 UPDATE {{schema}}.events e
 SET published_at = now(), attempts = e.attempts + 1
 -- = ANY(ARRAY(…)): a TID scan of the locked rows whatever the plan (claim_unordered.sql)
 WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM claimed))
-RETURNING {{include claim_columns}}, e.attempts - 1
+RETURNING {{include claim_columns}}, e.attempts - 1,
+    {{include claim_seen}}

@@ -2,10 +2,12 @@
 -- rows are deleted in the claim statement, inside the relay's claim transaction. A crash
 -- or a rollback undoes the delete; the messages the sink refused are inserted again,
 -- whole, by settle_delete.sql before the commit. Parameters and how the rows are
--- picked: claim_ordered_pick.sql. Columns: claim_columns.sql's, then the attempts before
--- this claim.
+-- picked: claim_ordered_pick.sql. Columns: claim_columns.sql's, the attempts before
+-- this claim, then claim_seen.sql's.
+{{include claim_floor}}
 {{include claim_ordered_pick}}
 DELETE FROM {{schema}}.events e
 -- = ANY(ARRAY(…)): a TID scan of the locked rows whatever the plan (claim_unordered.sql)
 WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM claimed))
-RETURNING {{include claim_columns}}, e.attempts
+RETURNING {{include claim_columns}}, e.attempts,
+    {{include claim_seen}}

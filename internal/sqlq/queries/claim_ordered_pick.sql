@@ -1,30 +1,32 @@
 -- claim_ordered_pick: the rows an ordered claim takes, as the CTE claimed (their ctids),
 -- locked. Not a statement: claim_ordered.sql (mark the rows published),
 -- claim_ordered_delete.sql (delete them) and poison_candidates_ordered.sql (list them)
--- include it and finish it, so the marking or deleting statement is the top-level one
--- and its rows go straight to the relay (as a CTE, RETURNING went through a tuplestore:
--- a quarter of a delete-on-publish claim).
+-- include it after claim_floor.sql and finish it, so the marking or deleting statement
+-- is the top-level one and its rows go straight to the relay (as a CTE, RETURNING went
+-- through a tuplestore: a quarter of a delete-on-publish claim).
 --
--- $1: the relay partitions this relay leases (int[]; null: all), $6: how many relay
--- partitions there are (an event partition p is in relay partition p * $6 / 4096: a few
+-- $1, $2: claim_floor.sql's (the floor, the last replay known); $3: the relay partitions this relay leases (int[]; null: all), $8: how many relay
+-- partitions there are (an event partition p is in relay partition p * $8 / 4096: a few
 -- integer operations per row, where a list of event partitions cost a search of up to
 -- 4096 entries per checked row);
--- $2: max heads (at most $5); $3: max events per aggregate;
--- $4: aggregate types whose dead events do not hold their aggregate (text[]);
--- $5: max events in the batch: each head brings at most $5 / heads events of its
+-- $4: max heads (at most $7); $5: max events per aggregate;
+-- $6: aggregate types whose dead events do not hold their aggregate (text[]);
+-- $7: max events in the batch: each head brings at most $7 / heads events of its
 -- aggregate, so the cut is fair, and the relay's memory stays bounded however large
--- $2 × $3;
--- $7, $8: where the last claim stopped in each aggregate type (text[] of types, text[]
+-- $4 × $5;
+-- $9, $10: where the last claim stopped in each aggregate type (text[] of types, text[]
 -- of aggregate ids; a type not named starts at its first aggregate): the rotation's
 -- cursors, kept by the relay (relay/heads.go).
 --
 -- A row may be published only when it is its aggregate's head: the first pending row of
--- the aggregate, not held by an earlier dead row. Heads are found by discovery, never
+-- the aggregate, not held by an earlier dead row. When at most 64 rows are pending from
+-- the floor, the heads are found among them (near, few and the second branch of heads
+-- below; docs/adr/0010-claim-floor.md). Else heads are found by discovery, never
 -- by walking the backlog: a loose index scan of events_pending_aggregate, whose first
 -- entry past an aggregate's key is the next aggregate's head, costs one index descent
 -- per aggregate however deep its backlog. Heads are shared fairly:
 --   - across aggregate types: each type with a pending row gets an equal share of the
---     $2 heads (at least one), so a type flooding the table cannot hold a quiet one back;
+--     $4 heads (at least one), so a type flooding the table cannot hold a quiet one back;
 --   - within a type, by rotation: its aggregates are read in key order from where the
 --     last claim stopped (then from the first, round the end), so every aggregate gets
 --     its turn however many there are, and a hot aggregate takes one head at a time.
@@ -35,14 +37,29 @@
 -- index-driven without statistics (an ANALYZE on an empty table once turned joins here
 -- into nested loops over the backlog).
 --
--- Each head brings up to $3-1 followers of its aggregate (pipelining within an aggregate).
+-- Each head brings up to $5-1 followers of its aggregate (pipelining within an aggregate).
 -- Only the contiguous prefix (in seq order) of each aggregate's rows that this statement
 -- locked and that are available is claimed: a row skipped by SKIP LOCKED or not yet
 -- available ends its aggregate's share of the batch.
-WITH RECURSIVE types AS (
-    -- the aggregate types with a pending row, one index descent each
+near AS MATERIALIZED (
+    -- the pending rows from the lowest one claim_floor.sql found (from its bound), in
+    -- seq order, up to one more than a small claim's worth: a walk of events_pending
+    -- that reads neither the dead entries below the bound nor those that part walked
+    SELECT p.seq, p.ctid, p.aggregate_type, p.aggregate_id, p.partition, p.available_at
+    FROM {{schema}}.events p
+    WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.available_at IS NOT NULL
+      AND p.seq >= (SELECT min_pending FROM seen)
+    ORDER BY p.seq
+    LIMIT 65
+), few AS MATERIALIZED (
+    -- near holds every pending row: the heads are found among them (small, below), not
+    -- by discovery in events_pending_aggregate, whose drained rows' dead entries lie
+    -- between the live aggregates where no bound can skip them
+    SELECT count(*) <= 64 AS ok FROM near
+), types AS (
+    -- the aggregate types with a pending row, one index descent each (not when few)
     (SELECT p.aggregate_type FROM {{schema}}.events p
-     WHERE p.published_at IS NULL AND p.dead_at IS NULL
+     WHERE p.published_at IS NULL AND p.dead_at IS NULL AND NOT (SELECT ok FROM few)
      ORDER BY p.aggregate_type, p.aggregate_id, p.seq
      LIMIT 1)
     UNION ALL
@@ -54,18 +71,20 @@ WITH RECURSIVE types AS (
         ORDER BY p.aggregate_type, p.aggregate_id, p.seq
         LIMIT 1) n
 ), share AS MATERIALIZED (
-    SELECT greatest(1, $2::int / greatest(count(*), 1)) AS heads FROM types
+    SELECT greatest(1, $4::int / greatest(CASE WHEN (SELECT ok FROM few)
+        THEN (SELECT count(DISTINCT n.aggregate_type) FROM near n) ELSE (SELECT count(*) FROM types) END, 1)) AS heads
 ), heads AS MATERIALIZED (
 SELECT c.*,
     -- the first later dead event that holds the aggregate, if any: its followers stop
     -- there (one probe of events_held per head, not one per follower)
-    CASE WHEN NOT c.aggregate_type = ANY(coalesce($4::text[], '{}')) THEN (
+    CASE WHEN NOT c.aggregate_type = ANY(coalesce($6::text[], '{}')) THEN (
         SELECT d.seq FROM {{schema}}.events d
         WHERE d.aggregate_type = c.aggregate_type AND d.aggregate_id = c.aggregate_id
           AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > c.seq
         ORDER BY d.aggregate_type, d.aggregate_id, d.seq
         LIMIT 1) END AS hold
 FROM (
+ SELECT u.* FROM (
   SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id
   FROM types ty
   CROSS JOIN LATERAL (
@@ -78,7 +97,7 @@ FROM (
             (SELECT p.seq, p.ctid, p.aggregate_type, p.aggregate_id, p.partition, p.available_at, false AS wrapped
              FROM {{schema}}.events p
              WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.aggregate_type = ty.aggregate_type
-               AND p.aggregate_id > coalesce((SELECT c.id FROM unnest($7::text[], $8::text[]) AS c(t, id) WHERE c.t = ty.aggregate_type), '')
+               AND p.aggregate_id > coalesce((SELECT c.id FROM unnest($9::text[], $10::text[]) AS c(t, id) WHERE c.t = ty.aggregate_type), '')
              ORDER BY p.aggregate_type, p.aggregate_id, p.seq
              LIMIT 1)
             UNION ALL
@@ -110,22 +129,55 @@ FROM (
              LIMIT 1)) x
           LIMIT 1) n
         -- once wrapped, stop at the cursor: every aggregate of the type has been read
-        WHERE NOT (n.wrapped AND n.aggregate_id > coalesce((SELECT c.id FROM unnest($7::text[], $8::text[]) AS c(t, id) WHERE c.t = ty.aggregate_type), ''))
+        WHERE NOT (n.wrapped AND n.aggregate_id > coalesce((SELECT c.id FROM unnest($9::text[], $10::text[]) AS c(t, id) WHERE c.t = ty.aggregate_type), ''))
       )
       SELECT * FROM rotation
     ) a
     WHERE a.available_at <= now()
-      AND ($1::int[] IS NULL OR a.partition * $6::int / 4096 = ANY($1::int[]))
+      AND ($3::int[] IS NULL OR a.partition * $8::int / 4096 = ANY($3::int[]))
       -- not held by an earlier dead event (one probe of events_held)
-      AND (a.aggregate_type = ANY($4::text[]) OR (
+      AND (a.aggregate_type = ANY($6::text[]) OR (
           SELECT d.seq FROM {{schema}}.events d
           WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id
             AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < a.seq
           LIMIT 1) IS NULL)
     LIMIT (SELECT heads FROM share)
   ) h
-  ORDER BY h.seq
-  LIMIT $2
+  UNION ALL
+  -- few: the same heads from near, which holds every pending row: each aggregate's
+  -- first row there, in the rotation's order per type (after the cursor, then wrapped),
+  -- claimable ones only, a share per type
+  SELECT s.seq, s.ctid, s.aggregate_type, s.aggregate_id FROM (
+    SELECT a.*, row_number() OVER (PARTITION BY a.aggregate_type ORDER BY a.wrapped, a.aggregate_id) AS turn
+    FROM (
+      SELECT DISTINCT ON (n.aggregate_type, n.aggregate_id) n.*,
+          n.aggregate_id <= coalesce((SELECT c.id FROM unnest($9::text[], $10::text[]) AS c(t, id) WHERE c.t = n.aggregate_type), '') AS wrapped
+      FROM near n
+      WHERE (SELECT ok FROM few)
+      ORDER BY n.aggregate_type, n.aggregate_id, n.seq
+    ) a
+    WHERE a.available_at <= now()
+      AND ($3::int[] IS NULL OR a.partition * $8::int / 4096 = ANY($3::int[]))
+      AND (a.aggregate_type = ANY($6::text[]) OR (
+          SELECT d.seq FROM {{schema}}.events d
+          WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id
+            AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < a.seq
+          LIMIT 1) IS NULL)
+      -- the head of its aggregate below the bound too: no pending row of the aggregate
+      -- before it (a descent of events_pending_aggregate, then past the aggregate's own
+      -- drained rows). Only a row made pending out of band is ever there (the floor's
+      -- assumptions, docs/adr/0010-claim-floor.md); order comes first: the aggregate
+      -- waits for the claim that reads from the first row. A correlated subquery, not NOT
+      -- EXISTS: that became an anti-join reading the whole index once per head.
+      AND (SELECT b.seq FROM {{schema}}.events b
+           WHERE b.aggregate_type = a.aggregate_type AND b.aggregate_id = a.aggregate_id
+             AND b.published_at IS NULL AND b.dead_at IS NULL AND b.seq < a.seq
+           LIMIT 1) IS NULL
+  ) s
+  WHERE s.turn <= (SELECT heads FROM share)
+ ) u
+ ORDER BY u.seq
+ LIMIT $4
 ) c
 ), picked AS MATERIALIZED (
     SELECT seq, ctid, seq AS head, true AS ready FROM heads
@@ -139,9 +191,9 @@ FROM (
           AND x.seq > h.seq AND x.published_at IS NULL AND x.dead_at IS NULL
           AND (h.hold IS NULL OR x.seq < h.hold) -- not past a dead event that holds them
         ORDER BY x.seq
-        -- the cut: each aggregate gets at most $5 / heads events (and at most $3), so
-        -- the batch holds at most $5 without a sort to cut it
-        LIMIT least($3::int, $5::int / (SELECT count(*) FROM heads)) - 1
+        -- the cut: each aggregate gets at most $7 / heads events (and at most $5), so
+        -- the batch holds at most $7 without a sort to cut it
+        LIMIT least($5::int, $7::int / (SELECT count(*) FROM heads)) - 1
     ) f
 ),
 -- Lock each picked row where discovery found it: by ctid, a TID scan, where a

@@ -10,7 +10,8 @@
 -- costs one write per row, as a plain UPDATE … RETURNING loop does, instead of a lock
 -- and then an update (ADR 0004).
 --
--- Columns: claim_columns.sql's, then the attempts before this claim.
+-- Columns: claim_columns.sql's, the attempts before this claim, then claim_seen.sql's.
+{{include claim_floor}}
 {{include claim_unordered_pick}}
 UPDATE {{schema}}.events e
 SET published_at = now(), attempts = e.attempts + 1
@@ -18,4 +19,5 @@ SET published_at = now(), attempts = e.attempts + 1
 -- became a sequential scan of the table in the generic plan (142 ms against 15 ms for
 -- 1,000 rows of a 200k backlog).
 WHERE e.seq = ANY(ARRAY(SELECT seq FROM picked))
-RETURNING {{include claim_columns}}, e.attempts - 1
+RETURNING {{include claim_columns}}, e.attempts - 1,
+    {{include claim_seen}}

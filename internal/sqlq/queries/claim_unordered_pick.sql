@@ -1,13 +1,18 @@
 -- claim_unordered_pick: the rows an unordered claim takes, as the CTE picked (their
 -- seqs), locked. Not a statement: claim_unordered.sql (mark them published),
 -- claim_unordered_delete.sql (delete them) and poison_candidates_unordered.sql (list
--- them) include it and finish it. $1: batch size. The oldest available pending rows that
--- no other relay holds: a walk of events_pending in seq order, SKIP LOCKED.
-WITH picked AS (
+-- them) include it after claim_floor.sql ($1 the floor, $2 the last replay known) and
+-- finish it. $3: batch size. The oldest available pending rows that no other relay
+-- holds: a walk of events_pending in seq order, SKIP LOCKED, from the lowest pending
+-- row claim_floor.sql found (from its bound: no pending row is below it, so neither
+-- walks the dead entries of the rows drained before it; and this one does not walk
+-- again those that part walked past).
+picked AS (
     SELECT seq FROM {{schema}}.events
     WHERE published_at IS NULL AND dead_at IS NULL
       AND available_at <= now()
+      AND seq >= (SELECT min_pending FROM seen)
     ORDER BY seq
-    LIMIT $1
+    LIMIT $3
     FOR UPDATE SKIP LOCKED
 )

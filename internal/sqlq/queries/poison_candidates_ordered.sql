@@ -2,6 +2,7 @@
 -- without marking or reading them: when the claim failed on a row's content, the relay
 -- looks for that row among these (relay/poison.go). Run in a transaction the relay rolls
 -- back (the rows are locked meanwhile, as the claim would).
+{{include claim_floor}}
 {{include claim_ordered_pick}}
 SELECT e.seq FROM {{schema}}.events e
 WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM claimed))

@@ -1,8 +1,15 @@
--- probe: is any event ready to publish in these relay partitions ($1 int[]; null: all; $2
--- the number of relay partitions, as in claim_ordered.sql)?
--- An idle relay asks this one cheap question (a walk of events_pending) instead of opening
--- a claim transaction; a true answer is followed by a claim.
-SELECT EXISTS (
-    SELECT 1 FROM {{schema}}.events
-    WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= now()
-      AND ($1::int[] IS NULL OR partition * $2::int / 4096 = ANY($1::int[])))
+-- probe: is any event ready to publish in these relay partitions ($3 int[]; null: all; $4
+-- the number of relay partitions, as in claim_ordered.sql)? $1, $2: claim_floor.sql's.
+-- An idle relay asks this one cheap question (a walk of events_pending from the lowest
+-- pending row claim_floor.sql found) instead of opening a claim transaction; a true
+-- answer is followed by a claim. After the answer, claim_seen.sql's columns: an idle
+-- relay's floor moves on too.
+{{include claim_floor}}
+ready AS MATERIALIZED (
+    SELECT EXISTS (
+        SELECT 1 FROM {{schema}}.events
+        WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= now()
+          AND seq >= (SELECT min_pending FROM seen)
+          AND ($3::int[] IS NULL OR partition * $4::int / 4096 = ANY($3::int[]))) AS ready
+)
+SELECT (SELECT ready FROM ready), {{include claim_seen}}

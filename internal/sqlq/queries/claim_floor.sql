@@ -1,0 +1,31 @@
+-- claim_floor: where a claim starts reading the pending rows, and what it saw there. Not a
+-- statement: it opens the WITH list of every claim and of the probe (claim_*.sql,
+-- poison_candidates_*.sql, probe.sql), so their parameters start with its two:
+-- $1: the floor, a seq no pending row is below (relay/floor.go keeps it; 0: read from
+-- the first row); $2: the last replay the relay knows of (outbox.replays.id).
+--
+-- Published and deleted rows leave their entries in the pending indexes until VACUUM
+-- (killed, but still read past): after a drained backlog, a claim that reads
+-- events_pending from its start walks every one of them (1M drained rows: 3,000 pages,
+-- 10 ms, every claim, until autovacuum runs — or never, where it is off). From the
+-- floor, it reads only what was drained since the relay's last look. A replay (dead
+-- rows made pending again, below any floor) is seen here, in the claim's own snapshot,
+-- and the claim reads from the first row.
+--
+-- seen is what the relay learns from the claim (claim_seen.sql returns it): the lowest
+-- pending seq at or above the floor, the snapshot's xmin and xmax (as bigints) and the
+-- last replay's id.
+WITH RECURSIVE replayed AS MATERIALIZED (
+    SELECT coalesce(max(r.id), 0) AS id FROM {{schema}}.replays r
+), bound AS MATERIALIZED (
+    SELECT CASE WHEN (SELECT id FROM replayed) > $2::bigint THEN 0 ELSE $1::bigint END AS seq
+), seen AS MATERIALIZED (
+    SELECT (SELECT p.seq FROM {{schema}}.events p
+            WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.available_at IS NOT NULL
+              AND p.seq >= (SELECT seq FROM bound)
+            ORDER BY p.seq
+            LIMIT 1) AS min_pending,
+           pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin,
+           pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax,
+           (SELECT id FROM replayed) AS replays
+),

@@ -1,0 +1,5 @@
+-- claim_seen: the last columns a claim returns, what its claim_floor.sql part saw: the
+-- lowest pending seq at or above the floor (null: none), the snapshot's xmin and xmax,
+-- the last replay's id. Not a statement: each claim includes it at the end of its
+-- RETURNING list (the same values on every row; relay/floor.go takes them in).
+(SELECT min_pending FROM seen), (SELECT xmin FROM seen), (SELECT xmax FROM seen), (SELECT replays FROM seen)

@@ -1,0 +1,42 @@
+package relay
+
+import "time"
+
+// FloorOf returns the seq r's claims read the pending rows from (tests only).
+func FloorOf(r *Relay) int64 {
+	f := &r.batches.floor
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seq
+}
+
+// NoFullClaims turns off r's claim from the first row every floorFullEvery (tests
+// only): what a test checks then cannot owe anything to that safety net.
+func NoFullClaims(r *Relay) {
+	f := &r.batches.floor
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastFull = time.Now().Add(100 * 365 * 24 * time.Hour)
+}
+
+// NextClaim returns r's claim statement and the arguments of its next claim over all
+// partitions, from r's floor, or from the first row when fromFloor is false (tests
+// only).
+func NextClaim(r *Relay, fromFloor bool) (string, []any) {
+	f := &r.batches.floor
+	f.mu.Lock()
+	fa := floorArgs{floor: f.seq, replays: f.replays}
+	f.mu.Unlock()
+	if !fromFloor {
+		fa.floor = 0
+	}
+	return r.batches.q.claim, r.batches.claimQuery(nil, fa).args
+}
+
+// FullClaimNow makes r's next claim read from the first row (tests only).
+func FullClaimNow(r *Relay) {
+	f := &r.batches.floor
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastFull = time.Time{}
+}
