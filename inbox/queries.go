@@ -3,7 +3,7 @@ package inbox
 import "github.com/outboxkit/outbox/internal/sqlq"
 
 // queries holds the inbox's SQL, rendered for its schema; each field names its file in
-// internal/sqlq/queries (inbox_<field>.sql).
+// internal/sqlq/queries.
 type queries struct {
 	record, outcome         string
 	versionLock, versionSet string
@@ -16,14 +16,14 @@ type queries struct {
 }
 
 func newQueries(quoted string) *queries {
-	q := func(name string) string { return sqlq.Query("inbox_"+name, quoted) }
+	q := func(name string) string { return sqlq.Query(name, quoted) }
 	return &queries{
-		record: q("record"), outcome: q("outcome"),
-		versionLock: q("version_lock"), versionSet: q("version_set"),
-		parkedAfter: q("parked_after"), unpark: q("unpark"),
-		park: q("park"), quarantine: q("quarantine"),
-		quarantineTake: q("quarantine_take"),
-		quarantineList: q("quarantine_list"), purge: q("purge"),
+		record: q("inbox_record"), outcome: q("inbox_outcome"),
+		versionLock: q("inbox_version_lock"), versionSet: q("inbox_version_set"),
+		parkedAfter: q("inbox_parked_after"), unpark: q("inbox_unpark"),
+		park: q("inbox_park"), quarantine: q("inbox_quarantine"),
+		quarantineTake: q("inbox_quarantine_take"),
+		quarantineList: q("inbox_quarantine_list"), purge: q("inbox_purge"),
 		// The handler runs in a savepoint, so that a panic or a permanent error rolls
 		// back its work only, and the quarantine record commits.
 		savepoint:  "SAVEPOINT outbox_inbox_handler",
