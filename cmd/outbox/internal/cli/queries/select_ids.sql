@@ -1,0 +1,14 @@
+-- select_ids: the events a replay or discard would change, in write order: those named
+-- by id ($1 uuid[]) or by aggregate ($2 type, $3 id; null: none). $4: true for a replay
+-- (dead, not discarded: from events_held), false for a discard (not published and not
+-- discarded: pending from events_pending, or dead from events_held).
+SELECT id FROM (
+    SELECT id, seq FROM {{schema}}.events
+    WHERE dead_at IS NOT NULL AND discarded_at IS NULL
+      AND (id = ANY($1::uuid[]) OR (aggregate_type = $2 AND aggregate_id = $3))
+    UNION
+    SELECT id, seq FROM {{schema}}.events
+    WHERE NOT $4::bool AND published_at IS NULL AND dead_at IS NULL
+      AND (id = ANY($1::uuid[]) OR (aggregate_type = $2 AND aggregate_id = $3))
+) AS m
+ORDER BY seq
