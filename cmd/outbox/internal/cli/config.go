@@ -40,6 +40,8 @@ type Config struct {
 	StallAfter time.Duration
 	// MetricsInterval is how often the database gauges are recomputed (at most).
 	MetricsInterval time.Duration
+
+	origin map[string]setting // key → the value as written and its source
 }
 
 // SinkConfig configures the sink of the daemon.
@@ -195,6 +197,8 @@ var options = []option{
 		func(c *Config) *int { return &c.Relay.BatchSize }).in(scopeRelay),
 	integer("relay.max_per_aggregate", "ordered mode: most events of one aggregate in a batch", relay.DefaultMaxPerAggregate, 1, 10000,
 		func(c *Config) *int { return &c.Relay.MaxPerAggregate }).in(scopeRelay),
+	integer("relay.max_batch_events", "ordered mode: most events in a batch (0: batch_size × max_per_aggregate, at most 10000)", 0, 0, 100000,
+		func(c *Config) *int { return &c.Relay.MaxBatchEvents }).in(scopeRelay),
 	duration("relay.batch_timeout", "time budget of one batch: claim, publish and mark", relay.DefaultBatchTimeout,
 		func(c *Config) *time.Duration { return &c.Relay.BatchTimeout }).in(scopeRelay),
 	duration("relay.poll_interval", "idle wait between looks for work when no listener works", relay.DefaultPollInterval,
@@ -207,6 +211,14 @@ var options = []option{
 		func(c *Config) *int { return &c.Relay.Concurrency }).in(scopeRelay),
 	integer("relay.publish_calls", "most Publish calls one batch makes at once", relay.DefaultPublishCalls, 1, 1024,
 		func(c *Config) *int { return &c.Relay.PublishCalls }).in(scopeRelay),
+	duration("relay.slow_publish", "least wait for a batch's slowest Publish calls before it commits the rest", relay.DefaultSlowPublish,
+		func(c *Config) *time.Duration { return &c.Relay.SlowPublish }).in(scopeRelay),
+	integer("relay.breaker_min_aggregates", "distinct failing aggregates of a batch with no success that mean the sink is down", relay.DefaultBreakerMinAggregates, 1, 1000000,
+		func(c *Config) *int { return &c.Relay.BreakerMinAggregates }).in(scopeRelay),
+	duration("relay.breaker_initial_delay", "how long the breaker stays open before its first probe (doubling)", relay.DefaultBreakerInitialDelay,
+		func(c *Config) *time.Duration { return &c.Relay.BreakerInitialDelay }).in(scopeRelay),
+	duration("relay.breaker_max_delay", "cap of the breaker's wait between probes", relay.DefaultBreakerMaxDelay,
+		func(c *Config) *time.Duration { return &c.Relay.BreakerMaxDelay }).in(scopeRelay),
 	integer("relay.max_attempts", "attempt budget of an event failing transiently", relay.DefaultMaxAttempts, 1, 1000000,
 		func(c *Config) *int { return &c.Relay.MaxAttempts }).in(scopeRelay),
 	duration("relay.retry_base_delay", "backoff after the first failed attempt (doubling)", relay.DefaultRetryBaseDelay,
@@ -242,7 +254,8 @@ var options = []option{
 		func(c *Config) *[]string { return &c.Sink.HTTP.Secrets }).in(scopeRelay).hidden(),
 	boolean("sink.http.allow_http", "permit plain http:// URLs", false,
 		func(c *Config) *bool { return &c.Sink.HTTP.AllowHTTP }).in(scopeRelay),
-	{key: "sink.http.allow_private", help: "private address ranges the webhook sink may connect to (comma-separated CIDRs)", scope: scopeRelay,
+	{
+		key: "sink.http.allow_private", help: "private address ranges the webhook sink may connect to (comma-separated CIDRs)", scope: scopeRelay,
 		set: func(c *Config, v string) error {
 			c.Sink.HTTP.AllowPrivate = nil
 			for _, s := range splitList(v) {
@@ -253,7 +266,8 @@ var options = []option{
 				c.Sink.HTTP.AllowPrivate = append(c.Sink.HTTP.AllowPrivate, p)
 			}
 			return nil
-		}},
+		},
+	},
 	duration("sink.http.request_timeout", "bound of one webhook request", 10*time.Second,
 		func(c *Config) *time.Duration { return &c.Sink.HTTP.RequestTimeout }).in(scopeRelay),
 
@@ -291,7 +305,7 @@ func defaults() Config {
 	var c Config
 	for _, o := range options {
 		if o.def != "" {
-			if err := o.set(&c, o.def); err != nil {
+			if err := o.apply(&c, "default", o.key, o.def); err != nil {
 				panic(fmt.Sprintf("option %s: default %q: %v", o.key, o.def, err))
 			}
 		}
@@ -299,7 +313,8 @@ func defaults() Config {
 	return c
 }
 
-// set applies one value, wrapping a refusal in a ConfigError that hides a secret's value.
+// apply applies one value, wrapping a refusal in a ConfigError that hides a secret's
+// value, and records where the value came from in c.origin.
 func (o *option) apply(c *Config, source, name, v string) error {
 	if err := o.set(c, v); err != nil {
 		if o.secret {
@@ -307,8 +322,18 @@ func (o *option) apply(c *Config, source, name, v string) error {
 		}
 		return &ConfigError{Source: source, Name: name, Err: err}
 	}
+	if c.origin == nil {
+		c.origin = map[string]setting{}
+	}
+	if source == "environment" || source == "flag" {
+		source = name // OUTBOX_SCHEMA, --schema
+	}
+	c.origin[o.key] = setting{value: v, source: source}
 	return nil
 }
+
+// setting is where an option's value came from.
+type setting struct{ value, source string }
 
 // loadFile applies the YAML file at path: nested mappings spell the dotted keys;
 // sequences are lists. An unknown key is refused by name.

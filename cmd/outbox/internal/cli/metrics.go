@@ -84,9 +84,14 @@ func (m *monitor) Collect(ch chan<- prometheus.Metric) {
 		d *prometheus.Desc
 		v float64
 	}{
-		{descPending, float64(g.Pending)}, {descOldest, g.OldestPendingSeconds}, {descDead, float64(g.Dead)},
-		{descBlocked, float64(g.Blocked)}, {descTable, float64(g.TableBytes)}, {descIndex, float64(g.IndexBytes)},
-		{descXmin, g.OldestXminSeconds}, {descLeases, float64(g.LeasesHeld)},
+		{descPending, float64(g.Pending)},
+		{descOldest, g.OldestPendingSeconds},
+		{descDead, float64(g.Dead)},
+		{descBlocked, float64(g.Blocked)},
+		{descTable, float64(g.TableBytes)},
+		{descIndex, float64(g.IndexBytes)},
+		{descXmin, g.OldestXminSeconds},
+		{descLeases, float64(g.LeasesHeld)},
 	} {
 		ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.v)
 	}

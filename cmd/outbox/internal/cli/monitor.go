@@ -35,12 +35,12 @@ type monitor struct {
 
 // dbGauges are the values read from the database.
 type dbGauges struct {
-	Pending, Dead, Blocked                   int64
-	OldestPendingSeconds                     float64
-	TableBytes, IndexBytes                   int64
-	OldestXminSeconds                        float64
-	OwnedBacklog                             bool // an available event in a partition this relay may claim
-	LeasesHeld                               int64
+	Pending, Dead, Blocked int64
+	OldestPendingSeconds   float64
+	TableBytes, IndexBytes int64
+	OldestXminSeconds      float64
+	OwnedBacklog           bool // an available event in a partition this relay may claim
+	LeasesHeld             int64
 }
 
 func newMonitor(pool *pgxpool.Pool, r *relay.Relay, cfg Config) *monitor {

@@ -68,17 +68,20 @@ func (a *app) runRelay(ctx context.Context) error {
 			a.log.Warn("close sink", slog.Any("error", err))
 		}
 	}()
-	pool, err := a.pool(ctx)
+	pool, err := a.openPool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	cfg := a.cfg.Relay
 	cfg.Schema = a.cfg.Schema
-	cfg.Logger = a.log // the relay adds relay_id and schema to its lines
-	r, err := relay.New(pool, sink, &cfg)
+	cfg.Logger = a.log                    // the relay adds relay_id and schema to its lines
+	r, err := relay.New(pool, sink, &cfg) // checks the configuration before connecting
 	if err != nil {
 		return usageError{keyedRelayError(err)}
+	}
+	if err := ping(ctx, pool); err != nil {
+		return err
 	}
 	log := a.log.With(slog.String("relay_id", r.Owner()))
 

@@ -134,7 +134,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.cfgFile, configFlag, "", "YAML configuration file (env "+configEnv+")")
 	addFlags(root.PersistentFlags(), scopeGlobal)
 	root.AddCommand(a.migrateCommand(), a.statusCommand(), a.deadCommand(),
-		a.actionCommand(actionReplay), a.actionCommand(actionDiscard), a.relayCommand())
+		a.actionCommand(actionReplay), a.actionCommand(actionDiscard), a.relayCommand(), a.configCommand())
 	return root
 }
 
@@ -202,6 +202,19 @@ func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 
 // pool opens a pool on database.url and checks that the database answers.
 func (a *app) pool(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := a.openPool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := ping(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// openPool opens a pool on database.url without connecting yet.
+func (a *app) openPool(ctx context.Context) (*pgxpool.Pool, error) {
 	if a.cfg.DatabaseURL == "" {
 		return nil, usagef("database.url is not set (flag --database-url, env OUTBOX_DATABASE_URL, or database.url in the config file)")
 	}
@@ -214,15 +227,14 @@ func (a *app) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("database: connect to %s: %w", safeTarget(pc), err)
-	}
 	return pool, nil
 }
 
-// safeTarget names the database without its password.
-func safeTarget(pc *pgxpool.Config) string {
-	c := pc.ConnConfig
-	return fmt.Sprintf("host=%s port=%d user=%s database=%s", c.Host, c.Port, c.User, c.Database)
+// ping checks that the database answers; pgx's error names host, user and database,
+// never the password.
+func ping(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	return nil
 }

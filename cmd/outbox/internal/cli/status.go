@@ -163,13 +163,13 @@ func (a *app) printStatus(st Status) {
 		fmt.Fprintf(a.out, " (%s, %d partitions)", st.Mode, st.Partitions)
 	}
 	fmt.Fprintf(a.out, "\npending: %d\noldest pending age: %s\ndead: %d\nblocked aggregates: %d\n",
-		st.Pending, (time.Duration(st.OldestPendingSeconds * float64(time.Second))).Round(time.Millisecond), st.Dead, st.BlockedAggregates)
+		st.Pending, time.Duration(st.OldestPendingSeconds*float64(time.Second)).Round(time.Millisecond), st.Dead, st.BlockedAggregates)
 	if len(st.EventTypes) > 0 {
 		fmt.Fprintln(a.out)
 		w := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "EVENT TYPE\tPENDING\tOLDEST\tDEAD")
 		for _, t := range st.EventTypes {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", t.EventType, t.Pending, (time.Duration(t.OldestPendingSeconds * float64(time.Second))).Round(time.Millisecond), t.Dead)
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", t.EventType, t.Pending, time.Duration(t.OldestPendingSeconds*float64(time.Second)).Round(time.Millisecond), t.Dead)
 		}
 		_ = w.Flush()
 	}
@@ -178,7 +178,7 @@ func (a *app) printStatus(st Status) {
 		w := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "PARTITION\tPENDING\tOLDEST\tLEASE OWNER")
 		for _, p := range st.RelayPartitions {
-			fmt.Fprintf(w, "%d\t%d\t%s\t%s\n", p.Partition, p.Pending, (time.Duration(p.OldestPendingSeconds * float64(time.Second))).Round(time.Millisecond), cmpOr(p.Owner, "-"))
+			fmt.Fprintf(w, "%d\t%d\t%s\t%s\n", p.Partition, p.Pending, time.Duration(p.OldestPendingSeconds*float64(time.Second)).Round(time.Millisecond), cmpOr(p.Owner, "-"))
 		}
 		_ = w.Flush()
 	}
