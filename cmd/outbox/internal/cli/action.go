@@ -97,7 +97,7 @@ func (a *app) actionCommand(kind actionKind) *cobra.Command {
 			if kind == actionDiscard {
 				what = "unpublished events"
 			}
-			fmt.Fprintf(a.out, "%d %s match\n", len(matched), what)
+			a.printf("%d %s match\n", len(matched), what)
 			switch {
 			case len(matched) == 0:
 				return exitError{ExitFailure, fmt.Errorf("%s: no %s match: nothing done", kind, what)}
@@ -118,12 +118,12 @@ func (a *app) actionCommand(kind actionKind) *cobra.Command {
 				return fmt.Errorf("table events: %w", err)
 			}
 			past := map[actionKind]string{actionReplay: "replayed", actionDiscard: "discarded"}[kind]
-			fmt.Fprintf(a.out, "%s %d event(s)\n", past, len(done))
+			a.printf("%s %d event(s)\n", past, len(done))
 			for _, id := range done {
-				fmt.Fprintln(a.out, id)
+				a.println(id)
 			}
 			if len(done) < len(matched) {
-				fmt.Fprintf(a.out, "%d event(s) changed state meanwhile and were left alone\n", len(matched)-len(done))
+				a.printf("%d event(s) changed state meanwhile and were left alone\n", len(matched)-len(done))
 			}
 			return nil
 		},

@@ -16,7 +16,7 @@ func (a *app) configCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
 			w := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "KEY\tVALUE\tSOURCE")
+			_, _ = fmt.Fprintln(w, "KEY\tVALUE\tSOURCE")
 			for _, o := range options {
 				s, ok := a.cfg.origin[o.key]
 				switch {
@@ -25,7 +25,7 @@ func (a *app) configCommand() *cobra.Command {
 				case o.secret && s.value != "":
 					s.value = redacted
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\n", o.key, s.value, s.source)
+				_, _ = fmt.Fprintf(w, "%s\t%s\t%s\n", o.key, s.value, s.source)
 			}
 			return w.Flush()
 		},

@@ -90,9 +90,9 @@ func (a *app) deadCommand() *cobra.Command {
 				return json.NewEncoder(a.out).Encode(dead)
 			}
 			w := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tAGGREGATE\tEVENT TYPE\tATTEMPTS\tDEAD AT\tLAST ERROR")
+			_, _ = fmt.Fprintln(w, "ID\tAGGREGATE\tEVENT TYPE\tATTEMPTS\tDEAD AT\tLAST ERROR")
 			for _, d := range dead {
-				fmt.Fprintf(w, "%s\t%s/%s\t%s\t%d\t%s\t%s\n", d.ID, d.AggregateType, d.AggregateID, d.EventType, d.Attempts,
+				_, _ = fmt.Fprintf(w, "%s\t%s/%s\t%s\t%d\t%s\t%s\n", d.ID, d.AggregateType, d.AggregateID, d.EventType, d.Attempts,
 					d.DeadAt.UTC().Format(time.RFC3339), clip(d.LastError, 80))
 			}
 			return w.Flush()

@@ -58,10 +58,10 @@ func (a *app) migrateUp(cmd *cobra.Command) error {
 		return err
 	}
 	if len(res.Applied) == 0 {
-		fmt.Fprintf(a.out, "schema %s is up to date at version %d\n", a.cfg.Schema, res.Version)
+		a.printf("schema %s is up to date at version %d\n", a.cfg.Schema, res.Version)
 		return nil
 	}
-	fmt.Fprintf(a.out, "schema %s migrated to version %d (applied %v)\n", a.cfg.Schema, res.Version, res.Applied)
+	a.printf("schema %s migrated to version %d (applied %v)\n", a.cfg.Schema, res.Version, res.Applied)
 	return nil
 }
 
@@ -79,7 +79,7 @@ func (a *app) migrateStatus(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("schema %s: %w", a.cfg.Schema, err)
 	}
-	fmt.Fprintf(a.out, "schema %s: version %d, latest %d\n", a.cfg.Schema, v, m.Latest())
+	a.printf("schema %s: version %d, latest %d\n", a.cfg.Schema, v, m.Latest())
 	if v < m.Latest() {
 		return exitError{ExitNotMigrated, fmt.Errorf("schema %s is behind: %d migration(s) to apply (outbox migrate up)", a.cfg.Schema, m.Latest()-v)}
 	}
@@ -92,7 +92,7 @@ func (a *app) migrateSQL() error {
 		return err
 	}
 	for _, mig := range m.Migrations() {
-		fmt.Fprintf(a.out, "-- %04d_%s\n%s\n", mig.Version, mig.Name, mig.SQL)
+		a.printf("-- %04d_%s\n%s\n", mig.Version, mig.Name, mig.SQL)
 	}
 	return nil
 }

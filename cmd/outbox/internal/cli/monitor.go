@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -23,7 +22,6 @@ type monitor struct {
 	relay *relay.Relay
 	cfg   Config
 	reg   *prometheus.Registry
-	log   *slog.Logger
 
 	mu           sync.Mutex
 	db           dbGauges

@@ -89,7 +89,7 @@ func (a *app) runRelay(ctx context.Context) error {
 	var srv *http.Server
 	serveErr := make(chan error, 1)
 	if a.cfg.HTTPListen != "" {
-		ln, err := net.Listen("tcp", a.cfg.HTTPListen)
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", a.cfg.HTTPListen)
 		if err != nil {
 			return usagef("http.listen: %w", err)
 		}

@@ -79,7 +79,7 @@ func Main(ctx context.Context, args []string, streams IO) (code int) {
 	a.errOut = scrubWriter{a.scrub, streams.Err}
 	defer func() {
 		if p := recover(); p != nil {
-			fmt.Fprintf(a.errOut, "outbox: internal error (a bug, please report it): %v\n%s", p, debug.Stack())
+			_, _ = fmt.Fprintf(a.errOut, "outbox: internal error (a bug, please report it): %v\n%s", p, debug.Stack())
 			code = ExitPanic
 		}
 	}()
@@ -93,7 +93,7 @@ func Main(ctx context.Context, args []string, streams IO) (code int) {
 		return ExitOK
 	}
 	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
-	fmt.Fprintln(a.errOut, "outbox: "+msg)
+	_, _ = fmt.Fprintln(a.errOut, "outbox: "+msg)
 	var ee exitError
 	var ue usageError
 	var ce *ConfigError
@@ -238,3 +238,9 @@ func ping(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	return nil
 }
+
+// printf and println write results to stdout. A failed write (a closed pipe) is not
+// worth an error of its own: the command's exit code still says what happened.
+func (a *app) printf(format string, args ...any) { _, _ = fmt.Fprintf(a.out, format, args...) }
+
+func (a *app) println(args ...any) { _, _ = fmt.Fprintln(a.out, args...) }

@@ -158,27 +158,27 @@ func tableError(table string, err error) error {
 }
 
 func (a *app) printStatus(st Status) {
-	fmt.Fprintf(a.out, "schema %s", st.Schema)
+	a.printf("schema %s", st.Schema)
 	if st.Mode != "" {
-		fmt.Fprintf(a.out, " (%s, %d partitions)", st.Mode, st.Partitions)
+		a.printf(" (%s, %d partitions)", st.Mode, st.Partitions)
 	}
-	fmt.Fprintf(a.out, "\npending: %d\noldest pending age: %s\ndead: %d\nblocked aggregates: %d\n",
+	a.printf("\npending: %d\noldest pending age: %s\ndead: %d\nblocked aggregates: %d\n",
 		st.Pending, time.Duration(st.OldestPendingSeconds*float64(time.Second)).Round(time.Millisecond), st.Dead, st.BlockedAggregates)
 	if len(st.EventTypes) > 0 {
-		fmt.Fprintln(a.out)
+		a.println()
 		w := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "EVENT TYPE\tPENDING\tOLDEST\tDEAD")
+		_, _ = fmt.Fprintln(w, "EVENT TYPE\tPENDING\tOLDEST\tDEAD")
 		for _, t := range st.EventTypes {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", t.EventType, t.Pending, time.Duration(t.OldestPendingSeconds*float64(time.Second)).Round(time.Millisecond), t.Dead)
+			_, _ = fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", t.EventType, t.Pending, time.Duration(t.OldestPendingSeconds*float64(time.Second)).Round(time.Millisecond), t.Dead)
 		}
 		_ = w.Flush()
 	}
 	if len(st.RelayPartitions) > 0 {
-		fmt.Fprintln(a.out)
+		a.println()
 		w := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "PARTITION\tPENDING\tOLDEST\tLEASE OWNER")
+		_, _ = fmt.Fprintln(w, "PARTITION\tPENDING\tOLDEST\tLEASE OWNER")
 		for _, p := range st.RelayPartitions {
-			fmt.Fprintf(w, "%d\t%d\t%s\t%s\n", p.Partition, p.Pending, time.Duration(p.OldestPendingSeconds*float64(time.Second)).Round(time.Millisecond), cmpOr(p.Owner, "-"))
+			_, _ = fmt.Fprintf(w, "%d\t%d\t%s\t%s\n", p.Partition, p.Pending, time.Duration(p.OldestPendingSeconds*float64(time.Second)).Round(time.Millisecond), cmpOr(p.Owner, "-"))
 		}
 		_ = w.Flush()
 	}
