@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/outbox/internal/slogdefault"
 	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
@@ -42,7 +43,8 @@ type Config struct {
 	// Schema is the schema to create or upgrade. Default "outbox". It must be a plain
 	// identifier: lowercase letters, digits and underscores, at most 63 bytes.
 	Schema string
-	// Logger receives one line per applied migration. Default: discard.
+	// Logger receives one line per applied migration, at Info. Default: slog.Default()
+	// at Warn and above (so, by default, nothing is logged while migrations succeed).
 	Logger *slog.Logger
 }
 
@@ -79,7 +81,7 @@ func New(cfg *Config) (*Migrator, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slogdefault.Logger()
 	}
 	migrations, err := load(quoted)
 	if err != nil {
