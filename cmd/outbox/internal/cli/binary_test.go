@@ -245,22 +245,17 @@ func TestRelaySIGTERMWithAHungSink(t *testing.T) {
 	insert(t, pool, "order.created", "order", 20, 1, time.Minute)
 	arrived := make(chan struct{}, 100)
 	release := make(chan struct{})
-	srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	t.Cleanup(func() { close(release) }) // runs before the server's Close
+	_, addr := webhook(t, func(w http.ResponseWriter, r *http.Request) {
 		arrived <- struct{}{}
 		select {
 		case <-release:
 		case <-r.Context().Done():
 		}
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { close(release); _ = srv.Close() })
+	})
 	secret := "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // 24 bytes, base64
 	env := []string{
-		"OUTBOX_DATABASE_URL=" + dsn, "OUTBOX_SINK_TYPE=http", "OUTBOX_SINK_HTTP_URL=http://" + ln.Addr().String() + "/hook",
+		"OUTBOX_DATABASE_URL=" + dsn, "OUTBOX_SINK_TYPE=http", "OUTBOX_SINK_HTTP_URL=http://" + addr + "/hook",
 		"OUTBOX_SINK_HTTP_ALLOWED_HOSTS=127.0.0.1", "OUTBOX_SINK_HTTP_ALLOW_HTTP=true", "OUTBOX_SINK_HTTP_ALLOW_PRIVATE=127.0.0.1/32",
 		"OUTBOX_SINK_HTTP_SECRETS=" + secret, "OUTBOX_SINK_HTTP_REQUEST_TIMEOUT=1m",
 		"OUTBOX_HTTP_LISTEN=", "OUTBOX_RELAY_SHUTDOWN_TIMEOUT=2s", "OUTBOX_RELAY_BATCH_TIMEOUT=1m",
@@ -283,4 +278,18 @@ func TestRelaySIGTERMWithAHungSink(t *testing.T) {
 		t.Errorf("%d leases still held after the stop", h)
 	}
 	noSecret(t, d.stdout.String()+d.stderr.String(), secret)
+}
+
+// webhook serves h on a local port until t ends; it returns the server and its address.
+func webhook(t *testing.T, h http.HandlerFunc) (*http.Server, string) {
+	t.Helper()
+	srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: h}
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return srv, ln.Addr().String()
 }

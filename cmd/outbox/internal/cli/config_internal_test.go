@@ -12,7 +12,7 @@ import (
 // key, or is set by the command itself: a field added to the library shows up here.
 func TestEveryRelayFieldHasAKey(t *testing.T) {
 	t.Parallel()
-	byCommand := []string{"Schema", "Logger"} // the schema key; the command's logger
+	byCommand := []string{"Schema", "Logger", "Observer"} // the schema key; the command's logger and metrics
 	var fields []string
 	for f := range reflect.TypeFor[relay.Config]().Fields() {
 		if f.Name == "Retention" {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -23,6 +24,10 @@ type monitor struct {
 	cfg   Config
 	reg   *prometheus.Registry
 
+	outcomes      *prometheus.CounterVec
+	batchDuration prometheus.Histogram
+	latency       prometheus.Histogram
+
 	mu           sync.Mutex
 	db           dbGauges
 	dbAt         time.Time // when db was read; zero: never
@@ -41,14 +46,45 @@ type dbGauges struct {
 	LeasesHeld             int64
 }
 
-func newMonitor(pool *pgxpool.Pool, r *relay.Relay, cfg Config) *monitor {
-	m := &monitor{pool: pool, relay: r, cfg: cfg, reg: prometheus.NewRegistry(), lastProgress: time.Now()}
-	m.reg.MustRegister(m)
+// newMonitor returns the monitor of a relay to be built with m.relay set later (the
+// relay takes the monitor as its Observer).
+func newMonitor(pool *pgxpool.Pool, cfg Config) *monitor {
+	m := &monitor{pool: pool, cfg: cfg, reg: prometheus.NewRegistry(), lastProgress: time.Now()}
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outbox_events_total",
+		Help: "Events settled by this relay, by event type and outcome (published, retried, dead, not_attempted).",
+	}, []string{"event_type", "outcome"})
+	m.batchDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "outbox_batch_duration_seconds",
+		Help:    "Time of a batch from the start of its claim to its commit.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1ms … 33s
+	})
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "outbox_publish_latency_seconds",
+		Help:    "Time from an event's commit (created_at) to the sink's acknowledgement.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 16), // 1ms … 15min
+	})
+	m.reg.MustRegister(m, m.outcomes, m.batchDuration, m.latency)
 	return m
 }
 
-// progress is what counts as the relay moving: events settled one way or another.
-func progress(s relay.Stats) int64 { return s.Published + s.Retried + s.Dead }
+// BatchSettled implements relay.Observer.
+func (m *monitor) BatchSettled(b relay.BatchReport) {
+	if !b.Late {
+		m.batchDuration.Observe(b.Duration.Seconds())
+	}
+	now := time.Now()
+	for _, e := range b.Events {
+		m.outcomes.WithLabelValues(e.EventType, string(e.Outcome)).Inc()
+		if e.Outcome == relay.OutcomePublished {
+			m.latency.Observe(max(0, now.Sub(e.CreatedAt).Seconds()))
+		}
+	}
+}
+
+// progress is what counts as the relay moving: events leaving the backlog, published
+// or dead. Retries are not: a sink that times out every call makes none.
+func progress(s relay.Stats) int64 { return s.Published + s.Dead }
 
 // run refreshes the gauges and the progress clock until ctx ends.
 func (m *monitor) run(ctx context.Context) {
@@ -113,7 +149,7 @@ func (m *monitor) read(ctx context.Context) (dbGauges, error) {
 	g.OldestPendingSeconds = age(now, oldest)
 	q, _ = a.query("gauges")
 	if err := m.pool.QueryRow(ctx, q, m.relay.Owner(), string(cmpOr(string(m.cfg.Relay.Mode), string(relay.DefaultMode))),
-		cmpInt(m.cfg.Relay.Partitions, relay.DefaultPartitions)).
+		cmpInt(m.cfg.Relay.Partitions, relay.DefaultPartitions), cmp.Or(m.cfg.Relay.BatchTimeout, relay.DefaultBatchTimeout)+10*time.Second).
 		Scan(&g.TableBytes, &g.IndexBytes, &g.OldestXminSeconds, &g.OwnedBacklog, &g.LeasesHeld); err != nil {
 		return g, tableError("events", err)
 	}

@@ -75,17 +75,19 @@ func (a *app) runRelay(ctx context.Context) error {
 	defer pool.Close()
 	cfg := a.cfg.Relay
 	cfg.Schema = a.cfg.Schema
-	cfg.Logger = a.log                    // the relay adds relay_id and schema to its lines
+	cfg.Logger = a.log // the relay adds relay_id and schema to its lines
+	mon := newMonitor(pool, a.cfg)
+	cfg.Observer = mon
 	r, err := relay.New(pool, sink, &cfg) // checks the configuration before connecting
 	if err != nil {
 		return usageError{keyedRelayError(err)}
 	}
+	mon.relay = r
 	if err := ping(ctx, pool); err != nil {
 		return err
 	}
 	log := a.log.With(slog.String("relay_id", r.Owner()))
 
-	mon := newMonitor(pool, r, a.cfg)
 	var srv *http.Server
 	serveErr := make(chan error, 1)
 	if a.cfg.HTTPListen != "" {
