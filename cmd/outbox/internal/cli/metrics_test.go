@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -190,6 +191,16 @@ func TestMetricsMatchTheDatabase(t *testing.T) {
 	}
 	if b, _ := value(fams, "outbox_events_table_bytes"); b <= 0 {
 		t.Errorf("outbox_events_table_bytes = %v", b)
+	}
+	for name := range fams {
+		if !slices.Contains(exportedMetrics, name) && strings.HasPrefix(name, "outbox_") {
+			t.Errorf("/metrics exports %s, missing from exportedMetrics (alerts_test.go)", name)
+		}
+	}
+	for _, name := range exportedMetrics {
+		if fams[name] == nil {
+			t.Errorf("/metrics lacks %s", name)
+		}
 	}
 	if code, body := p.get(t, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d %s", code, body)
