@@ -176,3 +176,30 @@ func TestDeadListShowReplayDiscard(t *testing.T) {
 		t.Errorf("discard --aggregate order:\n%s", r)
 	}
 }
+
+// TestDeadShowRedactsPayloadPaths (TESTPLAN #70): fields named by redact.paths carry
+// canary PII; dead show --payload and tail --payload show them as [redacted], the rest
+// as written.
+func TestDeadShowRedactsPayloadPaths(t *testing.T) {
+	t.Parallel()
+	dsn, pool := database(t)
+	const pii = "PII-CANARY-4111"
+	var id uuid.UUID
+	if err := pool.QueryRow(t.Context(), `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload, dead_at)
+		VALUES (gen_random_uuid(), 'card', '1', 'card.charged', $1::jsonb, now()) RETURNING id`,
+		`{"card":{"number":"`+pii+`","brand":"visa"},"items":[{"ssn":"`+pii+`"}],"amount":3}`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"OUTBOX_DATABASE_URL=" + dsn, "OUTBOX_REDACT_PATHS=$.card.number,$.items[*].ssn"}
+	r := run(t, env, "dead", "show", "--payload", id.String())
+	if r.code != 0 || strings.Contains(r.stdout, pii) || !strings.Contains(r.stdout, "[redacted]") || !strings.Contains(r.stdout, "visa") {
+		t.Errorf("dead show --payload with redact.paths:\n%s", r)
+	}
+	r = run(t, env, "tail", "--from-seq", "0", "--count", "1", "--payload")
+	if r.code != 0 || strings.Contains(r.stdout, pii) || !strings.Contains(r.stdout, "[redacted]") {
+		t.Errorf("tail --payload with redact.paths:\n%s", r)
+	}
+	if r = run(t, []string{"OUTBOX_DATABASE_URL=" + dsn, "OUTBOX_REDACT_PATHS=card.number"}, "dead", "list"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "OUTBOX_REDACT_PATHS") {
+		t.Errorf("a bad redact path:\n%s", r)
+	}
+}

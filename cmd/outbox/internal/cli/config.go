@@ -40,6 +40,8 @@ type Config struct {
 	StallAfter time.Duration
 	// MetricsInterval is how often the database gauges are recomputed (at most).
 	MetricsInterval time.Duration
+	// RedactPaths are the payload fields dead show and tail never show.
+	RedactPaths []payloadPath
 
 	origin map[string]setting // key → the value as written and its source
 }
@@ -271,6 +273,20 @@ var options = []option{
 	duration("sink.http.request_timeout", "bound of one webhook request", 10*time.Second,
 		func(c *Config) *time.Duration { return &c.Sink.HTTP.RequestTimeout }).in(scopeRelay),
 
+	{
+		key: "redact.paths", help: "JSON paths of payload fields shown as [redacted] by dead show and tail, such as $.card.number,$.items[*].ssn (comma-separated)",
+		set: func(c *Config, v string) error {
+			c.RedactPaths = nil
+			for _, s := range splitList(v) {
+				p, err := parsePayloadPath(s)
+				if err != nil {
+					return err
+				}
+				c.RedactPaths = append(c.RedactPaths, p)
+			}
+			return nil
+		},
+	},
 	str("http.listen", `address of /metrics, /healthz and /readyz; "" turns the listener off`, "127.0.0.1:9464",
 		func(c *Config) *string { return &c.HTTPListen }).in(scopeRelay),
 	duration("health.stall_after", "/readyz fails when a backlog has made no progress for this long", time.Minute,

@@ -133,7 +133,7 @@ func (a *app) deadCommand() *cobra.Command {
 			}
 			d.PayloadBytes = len(body)
 			if payload {
-				s := string(body)
+				s := string(redactPayload(body, a.cfg.RedactPaths))
 				d.Payload = &s
 			}
 			enc := json.NewEncoder(a.out)

@@ -90,6 +90,9 @@ func (a *app) tailCommand() *cobra.Command {
 					return tableError("events", err)
 				}
 				for _, l := range lines {
+					if l.Payload != nil {
+						l.Payload = redactPayload(l.Payload, a.cfg.RedactPaths)
+					}
 					if err := enc.Encode(l); err != nil {
 						return err
 					}
