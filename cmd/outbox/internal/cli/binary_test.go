@@ -266,6 +266,10 @@ func TestRelaySIGTERMWithAHungSink(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no webhook call\nstderr:\n%s", d.stderr.String())
 	}
+	// SIGHUP is ignored (documented): the process goes on, and SIGTERM still stops it cleanly.
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
 	took := d.stop(t, 2*time.Second+3*time.Second)
 	t.Logf("exited %s after SIGTERM\n%s", took, d.stderr.String())
 	if took < 2*time.Second-100*time.Millisecond {
