@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/natssink"
 )
 
 // Config is everything the outbox command can be configured with. Each field is set
@@ -54,6 +55,13 @@ type SinkConfig struct {
 	JSONLPath string
 	// HTTP configures the webhook sink.
 	HTTP HTTPSinkConfig
+	// NATS configures the JetStream sink.
+	NATS NATSSinkConfig
+}
+
+// NATSSinkConfig is the subset of natssink.Config (and the connection) the daemon exposes.
+type NATSSinkConfig struct {
+	URL, Stream, Subject string
 }
 
 // HTTPSinkConfig is the subset of httpsink.Config the daemon exposes.
@@ -246,7 +254,7 @@ var options = []option{
 	integer("retention.batch_size", "seq range one purge statement covers", relay.DefaultRetentionBatchSize, 1, 100000,
 		func(c *Config) *int { return &c.Relay.Retention.BatchSize }).in(scopeRelay),
 
-	str("sink.type", "jsonl or http", "jsonl", func(c *Config) *string { return &c.Sink.Type }, "jsonl", "http").in(scopeRelay),
+	str("sink.type", "jsonl, http or nats", "jsonl", func(c *Config) *string { return &c.Sink.Type }, "jsonl", "http", "nats").in(scopeRelay),
 	str("sink.jsonl.path", `file the jsonl sink appends to; "-" is stdout`, "-",
 		func(c *Config) *string { return &c.Sink.JSONLPath }).in(scopeRelay),
 	str("sink.http.url", "URL template of the webhook sink", "", func(c *Config) *string { return &c.Sink.HTTP.URL }).in(scopeRelay),
@@ -287,6 +295,12 @@ var options = []option{
 			return nil
 		},
 	},
+	str("sink.nats.url", "NATS server URL(s), comma-separated; a password in it is never printed", "nats://127.0.0.1:4222",
+		func(c *Config) *string { return &c.Sink.NATS.URL }).in(scopeRelay),
+	str("sink.nats.stream", "JetStream stream the subjects belong to (it must exist)", "",
+		func(c *Config) *string { return &c.Sink.NATS.Stream }).in(scopeRelay),
+	str("sink.nats.subject", "subject template over the event", natssink.DefaultSubject,
+		func(c *Config) *string { return &c.Sink.NATS.Subject }).in(scopeRelay),
 	str("http.listen", `address of /metrics, /healthz and /readyz; "" turns the listener off`, "127.0.0.1:9464",
 		func(c *Config) *string { return &c.HTTPListen }).in(scopeRelay),
 	duration("health.stall_after", "/readyz fails when a backlog has made no progress for this long", time.Minute,
@@ -461,5 +475,10 @@ func (c *Config) secrets() []string {
 		out = append(out, pw)
 	}
 	out = append(out, c.Sink.HTTP.Secrets...)
+	for u := range strings.SplitSeq(c.Sink.NATS.URL, ",") {
+		if pw := dsnPassword(strings.TrimSpace(u)); pw != "" {
+			out = append(out, pw)
+		}
+	}
 	return out
 }

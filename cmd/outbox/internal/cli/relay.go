@@ -33,7 +33,7 @@ ignored (the configuration is read at start only: restart to change it).`,
 }
 
 // newSink builds the configured sink; close releases it.
-func (a *app) newSink() (sink outbox.Sink, closeFn func() error, err error) {
+func (a *app) newSink(ctx context.Context) (sink outbox.Sink, closeFn func() error, err error) {
 	switch a.cfg.Sink.Type {
 	case "jsonl":
 		if a.cfg.Sink.JSONLPath == "-" {
@@ -54,12 +54,14 @@ func (a *app) newSink() (sink outbox.Sink, closeFn func() error, err error) {
 			return nil, nil, usagef("sink.http: %w", err)
 		}
 		return s, s.Close, nil
+	case "nats":
+		return a.natsSink(ctx)
 	}
 	return nil, nil, usagef("sink.type: unknown sink %q", a.cfg.Sink.Type)
 }
 
 func (a *app) runRelay(ctx context.Context) error {
-	sink, closeSink, err := a.newSink()
+	sink, closeSink, err := a.newSink(ctx)
 	if err != nil {
 		return err
 	}
