@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/kafkasink"
 	"github.com/outboxkit/outbox/sink/natssink"
 )
 
@@ -57,6 +58,16 @@ type SinkConfig struct {
 	HTTP HTTPSinkConfig
 	// NATS configures the JetStream sink.
 	NATS NATSSinkConfig
+	// Kafka configures the Kafka sink.
+	Kafka KafkaSinkConfig
+}
+
+// KafkaSinkConfig is the subset of kafkasink.Config (and the client) the daemon exposes.
+type KafkaSinkConfig struct {
+	Brokers                []string
+	Topic                  string
+	TLS                    bool
+	SASLUser, SASLPassword string
 }
 
 // NATSSinkConfig is the subset of natssink.Config (and the connection) the daemon exposes.
@@ -254,7 +265,7 @@ var options = []option{
 	integer("retention.batch_size", "seq range one purge statement covers", relay.DefaultRetentionBatchSize, 1, 100000,
 		func(c *Config) *int { return &c.Relay.Retention.BatchSize }).in(scopeRelay),
 
-	str("sink.type", "jsonl, http or nats", "jsonl", func(c *Config) *string { return &c.Sink.Type }, "jsonl", "http", "nats").in(scopeRelay),
+	str("sink.type", "jsonl, http, nats or kafka", "jsonl", func(c *Config) *string { return &c.Sink.Type }, "jsonl", "http", "nats", "kafka").in(scopeRelay),
 	str("sink.jsonl.path", `file the jsonl sink appends to; "-" is stdout`, "-",
 		func(c *Config) *string { return &c.Sink.JSONLPath }).in(scopeRelay),
 	str("sink.http.url", "URL template of the webhook sink", "", func(c *Config) *string { return &c.Sink.HTTP.URL }).in(scopeRelay),
@@ -301,6 +312,16 @@ var options = []option{
 		func(c *Config) *string { return &c.Sink.NATS.Stream }).in(scopeRelay),
 	str("sink.nats.subject", "subject template over the event", natssink.DefaultSubject,
 		func(c *Config) *string { return &c.Sink.NATS.Subject }).in(scopeRelay),
+	list("sink.kafka.brokers", "seed brokers, host:port (comma-separated)",
+		func(c *Config) *[]string { return &c.Sink.Kafka.Brokers }).in(scopeRelay),
+	str("sink.kafka.topic", "topic template over the event", kafkasink.DefaultTopic,
+		func(c *Config) *string { return &c.Sink.Kafka.Topic }).in(scopeRelay),
+	boolean("sink.kafka.tls", "connect with TLS (the system's roots)", false,
+		func(c *Config) *bool { return &c.Sink.Kafka.TLS }).in(scopeRelay),
+	str("sink.kafka.sasl_user", "SASL/PLAIN user (with sink.kafka.sasl_password)", "",
+		func(c *Config) *string { return &c.Sink.Kafka.SASLUser }).in(scopeRelay),
+	str("sink.kafka.sasl_password", "SASL/PLAIN password; never printed", "",
+		func(c *Config) *string { return &c.Sink.Kafka.SASLPassword }).in(scopeRelay).hidden(),
 	str("http.listen", `address of /metrics, /healthz and /readyz; "" turns the listener off`, "127.0.0.1:9464",
 		func(c *Config) *string { return &c.HTTPListen }).in(scopeRelay),
 	duration("health.stall_after", "/readyz fails when a backlog has made no progress for this long", time.Minute,
@@ -475,6 +496,9 @@ func (c *Config) secrets() []string {
 		out = append(out, pw)
 	}
 	out = append(out, c.Sink.HTTP.Secrets...)
+	if c.Sink.Kafka.SASLPassword != "" {
+		out = append(out, c.Sink.Kafka.SASLPassword)
+	}
 	for u := range strings.SplitSeq(c.Sink.NATS.URL, ",") {
 		if pw := dsnPassword(strings.TrimSpace(u)); pw != "" {
 			out = append(out, pw)

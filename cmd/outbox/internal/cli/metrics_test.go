@@ -239,6 +239,7 @@ func TestReadyzFollowsAStall(t *testing.T) {
 		"OUTBOX_SINK_HTTP_SECRETS=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "OUTBOX_SINK_HTTP_REQUEST_TIMEOUT=1m",
 		"OUTBOX_HTTP_LISTEN=127.0.0.1:0", "OUTBOX_METRICS_INTERVAL=50ms", "OUTBOX_HEALTH_STALL_AFTER=1s",
 		"OUTBOX_RELAY_BATCH_TIMEOUT=1m", "OUTBOX_RELAY_SHUTDOWN_TIMEOUT=1s",
+		"OUTBOX_RELAY_CONCURRENCY=1", // one batch takes all ten heads: the hung one is held, the others commit
 	}
 	p := startInProcess(t, env)
 	if code, body := p.get(t, "/readyz"); code != http.StatusOK {

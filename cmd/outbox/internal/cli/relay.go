@@ -56,6 +56,8 @@ func (a *app) newSink(ctx context.Context) (sink outbox.Sink, closeFn func() err
 		return s, s.Close, nil
 	case "nats":
 		return a.natsSink(ctx)
+	case "kafka":
+		return a.kafkaSink()
 	}
 	return nil, nil, usagef("sink.type: unknown sink %q", a.cfg.Sink.Type)
 }
