@@ -8,17 +8,25 @@ replace github.com/outboxkit/outbox/sink/natssink => ../../sink/natssink
 
 replace github.com/outboxkit/outbox/sink/kafkasink => ../../sink/kafkasink
 
+replace github.com/outboxkit/outbox/sink/redissink => ../../sink/redissink
+
+replace github.com/outboxkit/outbox/sink/amqpsink => ../../sink/amqpsink
+
 require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/sink/amqpsink v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/sink/kafkasink v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/sink/natssink v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/sink/redissink v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.21.1
 	github.com/prometheus/client_model v0.6.1
 	github.com/prometheus/common v0.62.0
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/twmb/franz-go v1.22.3
@@ -44,6 +52,7 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

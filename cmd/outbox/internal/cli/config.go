@@ -14,8 +14,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/amqpsink"
 	"github.com/outboxkit/outbox/sink/kafkasink"
 	"github.com/outboxkit/outbox/sink/natssink"
+	"github.com/outboxkit/outbox/sink/redissink"
 )
 
 // Config is everything the outbox command can be configured with. Each field is set
@@ -60,6 +62,10 @@ type SinkConfig struct {
 	NATS NATSSinkConfig
 	// Kafka configures the Kafka sink.
 	Kafka KafkaSinkConfig
+	// Redis configures the Redis Streams sink.
+	Redis RedisSinkConfig
+	// AMQP configures the RabbitMQ sink.
+	AMQP AMQPSinkConfig
 }
 
 // KafkaSinkConfig is the subset of kafkasink.Config (and the client) the daemon exposes.
@@ -68,6 +74,17 @@ type KafkaSinkConfig struct {
 	Topic                  string
 	TLS                    bool
 	SASLUser, SASLPassword string
+}
+
+// RedisSinkConfig is the subset of redissink.Config (and the client) the daemon exposes.
+type RedisSinkConfig struct {
+	URL, Stream string
+	Dedup       bool
+}
+
+// AMQPSinkConfig is the subset of amqpsink.Config the daemon exposes.
+type AMQPSinkConfig struct {
+	URL, Exchange, RoutingKey string
 }
 
 // NATSSinkConfig is the subset of natssink.Config (and the connection) the daemon exposes.
@@ -265,7 +282,7 @@ var options = []option{
 	integer("retention.batch_size", "seq range one purge statement covers", relay.DefaultRetentionBatchSize, 1, 100000,
 		func(c *Config) *int { return &c.Relay.Retention.BatchSize }).in(scopeRelay),
 
-	str("sink.type", "jsonl, http, nats or kafka", "jsonl", func(c *Config) *string { return &c.Sink.Type }, "jsonl", "http", "nats", "kafka").in(scopeRelay),
+	str("sink.type", "jsonl, http, nats, kafka, redis or amqp", "jsonl", func(c *Config) *string { return &c.Sink.Type }, "jsonl", "http", "nats", "kafka", "redis", "amqp").in(scopeRelay),
 	str("sink.jsonl.path", `file the jsonl sink appends to; "-" is stdout`, "-",
 		func(c *Config) *string { return &c.Sink.JSONLPath }).in(scopeRelay),
 	str("sink.http.url", "URL template of the webhook sink", "", func(c *Config) *string { return &c.Sink.HTTP.URL }).in(scopeRelay),
@@ -322,6 +339,18 @@ var options = []option{
 		func(c *Config) *string { return &c.Sink.Kafka.SASLUser }).in(scopeRelay),
 	str("sink.kafka.sasl_password", "SASL/PLAIN password; never printed", "",
 		func(c *Config) *string { return &c.Sink.Kafka.SASLPassword }).in(scopeRelay).hidden(),
+	str("sink.redis.url", "Redis URL, redis://[user:password@]host:port/db; its password is never printed", "redis://127.0.0.1:6379/0",
+		func(c *Config) *string { return &c.Sink.Redis.URL }).in(scopeRelay),
+	str("sink.redis.stream", "stream key template over the event", redissink.DefaultStream,
+		func(c *Config) *string { return &c.Sink.Redis.Stream }).in(scopeRelay),
+	boolean("sink.redis.dedup", "skip an event id the stream has seen within the dedup window", false,
+		func(c *Config) *bool { return &c.Sink.Redis.Dedup }).in(scopeRelay),
+	str("sink.amqp.url", "RabbitMQ URL, amqp:// or amqps://; its password is never printed", "",
+		func(c *Config) *string { return &c.Sink.AMQP.URL }).in(scopeRelay),
+	str("sink.amqp.exchange", `exchange to publish to (it must exist); "" is the default exchange`, "",
+		func(c *Config) *string { return &c.Sink.AMQP.Exchange }).in(scopeRelay),
+	str("sink.amqp.routing_key", "routing key template over the event", amqpsink.DefaultRoutingKey,
+		func(c *Config) *string { return &c.Sink.AMQP.RoutingKey }).in(scopeRelay),
 	str("http.listen", `address of /metrics, /healthz and /readyz; "" turns the listener off`, "127.0.0.1:9464",
 		func(c *Config) *string { return &c.HTTPListen }).in(scopeRelay),
 	duration("health.stall_after", "/readyz fails when a backlog has made no progress for this long", time.Minute,
@@ -496,6 +525,11 @@ func (c *Config) secrets() []string {
 		out = append(out, pw)
 	}
 	out = append(out, c.Sink.HTTP.Secrets...)
+	for _, u := range []string{c.Sink.Redis.URL, c.Sink.AMQP.URL} {
+		if pw := dsnPassword(u); pw != "" {
+			out = append(out, pw)
+		}
+	}
 	if c.Sink.Kafka.SASLPassword != "" {
 		out = append(out, c.Sink.Kafka.SASLPassword)
 	}

@@ -58,6 +58,10 @@ func (a *app) newSink(ctx context.Context) (sink outbox.Sink, closeFn func() err
 		return a.natsSink(ctx)
 	case "kafka":
 		return a.kafkaSink()
+	case "redis":
+		return a.redisSink()
+	case "amqp":
+		return a.amqpSink()
 	}
 	return nil, nil, usagef("sink.type: unknown sink %q", a.cfg.Sink.Type)
 }
