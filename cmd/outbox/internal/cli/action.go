@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -24,18 +25,54 @@ const (
 type actionOptions struct {
 	ids       []string
 	aggregate string
+	eventType string
+	since     string
 	reason    string
 	actor     string
 	yes       bool
 }
 
-// Validate checks the flags and returns the ids and the aggregate they name.
-func (o *actionOptions) Validate() (ids []uuid.UUID, aggType, aggID *string, err error) {
+// selection is what the flags name.
+type selection struct {
+	ids            []uuid.UUID
+	aggType, aggID *string
+	eventType      *string
+	since          time.Time
+}
+
+// Validate checks the flags and returns the events they name.
+func (o *actionOptions) Validate(now time.Time) (selection, error) {
+	var sel selection
+	if o.since != "" && o.eventType == "" {
+		return sel, usagef("--since goes with --type")
+	}
+	ids, aggType, aggID, err := o.validateIDs()
+	if err != nil {
+		return sel, err
+	}
+	sel.ids, sel.aggType, sel.aggID = ids, aggType, aggID
+	if o.eventType != "" {
+		t := o.eventType
+		sel.eventType = &t
+		if o.since != "" {
+			if d, err := time.ParseDuration(o.since); err == nil && d > 0 {
+				sel.since = now.Add(-d)
+			} else if ts, err := time.Parse(time.RFC3339, o.since); err == nil {
+				sel.since = ts
+			} else {
+				return sel, usagef("--since must be a duration ago (24h) or an RFC 3339 time, got %q", o.since)
+			}
+		}
+	}
+	return sel, nil
+}
+
+func (o *actionOptions) validateIDs() (ids []uuid.UUID, aggType, aggID *string, err error) {
 	if strings.TrimSpace(o.reason) == "" {
 		return nil, nil, nil, usagef("--reason is required: replays and discards are audited")
 	}
-	if len(o.ids) == 0 && o.aggregate == "" {
-		return nil, nil, nil, usagef("name the events: --id ID (repeatable) or --aggregate TYPE/ID")
+	if len(o.ids) == 0 && o.aggregate == "" && o.eventType == "" {
+		return nil, nil, nil, usagef("name the events: --id ID (repeatable), --aggregate TYPE/ID, or --type TYPE [--since 24h]")
 	}
 	for _, s := range o.ids {
 		id, err := uuid.Parse(s)
@@ -72,7 +109,7 @@ func (a *app) actionCommand(kind actionKind) *cobra.Command {
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ids, aggType, aggID, err := o.Validate()
+			sel, err := o.Validate(time.Now())
 			if err != nil {
 				return err
 			}
@@ -85,7 +122,7 @@ func (a *app) actionCommand(kind actionKind) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rows, err := pool.Query(cmd.Context(), q, ids, aggType, aggID, kind == actionReplay)
+			rows, err := pool.Query(cmd.Context(), q, sel.ids, sel.aggType, sel.aggID, kind == actionReplay, sel.eventType, sel.since)
 			if err != nil {
 				return tableError("events", err)
 			}
@@ -131,6 +168,8 @@ func (a *app) actionCommand(kind actionKind) *cobra.Command {
 	f := cmd.Flags()
 	f.StringSliceVar(&o.ids, "id", nil, "event id (repeatable, or comma-separated)")
 	f.StringVar(&o.aggregate, "aggregate", "", "every matching event of one aggregate: TYPE/ID")
+	f.StringVar(&o.eventType, "type", "", "every matching event of this event type")
+	f.StringVar(&o.since, "since", "", "with --type: written since a duration ago (24h) or an RFC 3339 time")
 	f.StringVar(&o.reason, "reason", "", "why (required; recorded in the replays table)")
 	f.StringVar(&o.actor, "actor", "", "who (recorded; default outbox-cli:$USER@host)")
 	f.BoolVar(&o.yes, "yes", false, "act on more than one event")

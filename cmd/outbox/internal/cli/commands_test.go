@@ -203,3 +203,30 @@ func TestDeadShowRedactsPayloadPaths(t *testing.T) {
 		t.Errorf("a bad redact path:\n%s", r)
 	}
 }
+
+// TestReplayByTypeSince: --type with --since names the dead events of a type written
+// since then, and only those.
+func TestReplayByTypeSince(t *testing.T) {
+	t.Parallel()
+	dsn, pool := database(t)
+	env := []string{"OUTBOX_DATABASE_URL=" + dsn}
+	insert(t, pool, "order.paid", "a", 2, 1, 48*time.Hour)
+	insert(t, pool, "order.paid", "b", 3, 1, time.Hour)
+	insert(t, pool, "order.created", "c", 4, 1, time.Hour)
+	if _, err := pool.Exec(t.Context(), `UPDATE outbox.events SET dead_at = now(), attempts = 3`); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, env, "replay", "--since", "2h", "--reason", "x"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "--since goes with --type") {
+		t.Errorf("--since without --type:\n%s", r)
+	}
+	r := run(t, env, "replay", "--type", "order.paid", "--since", "24h", "--reason", "bug 12 fixed", "--yes")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "3 dead events match") {
+		t.Fatalf("replay --type --since:\n%s", r)
+	}
+	if n := scalar[int64](t, pool, `SELECT count(*) FROM outbox.events WHERE dead_at IS NULL`); n != 3 {
+		t.Errorf("%d events replayed, want the 3 recent order.paid", n)
+	}
+	if n := scalar[int64](t, pool, `SELECT count(*) FROM outbox.events WHERE dead_at IS NULL AND (event_type <> 'order.paid' OR created_at < now() - interval '24 hours')`); n != 0 {
+		t.Errorf("%d events outside the selection were replayed", n)
+	}
+}
