@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkit/outbox/internal/slogdefault"
 	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
@@ -59,7 +60,7 @@ type NotifierConfig struct {
 	// and delays a wake-up by at most 5ms.
 	MinInterval time.Duration
 	// Logger receives a warning when notifying fails (once per run of failures) and a
-	// note when it works again. Default: discard.
+	// note when it works again. Default: slog.Default() at Warn and above.
 	Logger *slog.Logger
 }
 
@@ -118,7 +119,7 @@ func NewNotifier(db Execer, cfg *NotifierConfig) (*Notifier, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slogdefault.Logger()
 	}
 	n := &Notifier{
 		db:          db,

@@ -28,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/outbox/internal/slogdefault"
 	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
@@ -48,7 +49,8 @@ type Config struct {
 	// Schema is the schema to create or upgrade. Default "outbox". It must be a plain
 	// identifier: lowercase letters, digits and underscores, at most 63 bytes.
 	Schema string
-	// Logger receives one line per applied migration. Default: discard.
+	// Logger receives one line per applied migration, at Info. Default: slog.Default()
+	// at Warn and above (so, by default, nothing is logged while migrations succeed).
 	Logger *slog.Logger
 	// Sets selects the migration sets to apply. Default: every set ([SetOutbox] and
 	// [SetInbox]). A consumer-only service passes []Set{SetInbox}.
@@ -107,7 +109,7 @@ func New(cfg *Config) (*Migrator, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slogdefault.Logger()
 	}
 	sets := map[Set]bool{SetOutbox: len(cfg.Sets) == 0, SetInbox: len(cfg.Sets) == 0}
 	for i, s := range cfg.Sets {

@@ -86,6 +86,7 @@ type batchResult struct {
 // the relay leases, in unordered mode from all.
 func (b *batcher) run(ctx context.Context) (batchResult, error) {
 	relayCtx := ctx // outlives the batch: Publish calls still running after it use it
+	start := time.Now()
 	var res batchResult
 	var (
 		parts  []int
@@ -210,6 +211,13 @@ func (b *batcher) run(ctx context.Context) (batchResult, error) {
 	res.published, res.retried, res.dead = out.published, out.retried, out.dead
 	b.noteRetries(out.earliestRetry)
 	b.stats.add(res)
+	if b.cfg.Observer != nil {
+		observed := returned
+		for _, r := range bad {
+			observed = append(observed[:len(observed):len(observed)], r.msg)
+		}
+		b.observe(start, false, observed, &out)
+	}
 	if running != nil {
 		held := heldRows{msgs: msgs, p: results, running: running, until: txStart.Add(time.Duration(heldMS) * time.Millisecond), parts: parts, epochs: epochs}
 		b.noteRetries(held.until) // if the late settle fails, the rows are claimable again then

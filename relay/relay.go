@@ -60,9 +60,10 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay config: Schema: %w", err)
 	}
+	owner := uuid.NewString()
 	r := &Relay{
-		pool: pool, cfg: c, owner: uuid.NewString(), wake: make(chan struct{}, 1), workers: workers,
-		log: c.Logger.With(slog.String("schema", c.Schema)),
+		pool: pool, cfg: c, owner: owner, wake: make(chan struct{}, 1), workers: workers,
+		log: c.Logger.With(slog.String("schema", c.Schema), slog.String("relay_id", owner)),
 	}
 	q := newQueries(&r.cfg, quoted)
 	r.leases = newLeaseKeeper(pool, q, &r.cfg, r.owner, r.log, &r.stats, r.workFound)

@@ -1,0 +1,542 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/amqpsink"
+	"github.com/outboxkit/outbox/sink/kafkasink"
+	"github.com/outboxkit/outbox/sink/natssink"
+	"github.com/outboxkit/outbox/sink/redissink"
+)
+
+// Config is everything the outbox command can be configured with. Each field is set
+// by one option of [options] (a key in the YAML file, an OUTBOX_* variable, a flag),
+// and documented in docs/configuration.md.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string (URL or keyword/value form).
+	DatabaseURL string
+	// MaxConns is the pool size.
+	MaxConns int
+	// Schema is the outbox schema.
+	Schema string
+	// LogLevel and LogFormat configure the logs on stderr.
+	LogLevel  slog.Level
+	LogFormat string
+	// Relay is the library's relay configuration; Schema and Logger are filled from
+	// the fields above.
+	Relay relay.Config
+	// Sink chooses and configures the sink of `outbox relay`.
+	Sink SinkConfig
+	// HTTPListen is the address of the metrics and health listener; "" turns it off.
+	HTTPListen string
+	// StallAfter is how long a backlog may go without progress before /readyz fails.
+	StallAfter time.Duration
+	// MetricsInterval is how often the database gauges are recomputed (at most).
+	MetricsInterval time.Duration
+	// RedactPaths are the payload fields dead show and tail never show.
+	RedactPaths []payloadPath
+
+	origin map[string]setting // key → the value as written and its source
+}
+
+// SinkConfig configures the sink of the daemon.
+type SinkConfig struct {
+	// Type is jsonl or http.
+	Type string
+	// JSONLPath is the file the jsonl sink appends to; "-" is stdout.
+	JSONLPath string
+	// HTTP configures the webhook sink.
+	HTTP HTTPSinkConfig
+	// NATS configures the JetStream sink.
+	NATS NATSSinkConfig
+	// Kafka configures the Kafka sink.
+	Kafka KafkaSinkConfig
+	// Redis configures the Redis Streams sink.
+	Redis RedisSinkConfig
+	// AMQP configures the RabbitMQ sink.
+	AMQP AMQPSinkConfig
+}
+
+// KafkaSinkConfig is the subset of kafkasink.Config (and the client) the daemon exposes.
+type KafkaSinkConfig struct {
+	Brokers                []string
+	Topic                  string
+	TLS                    bool
+	SASLUser, SASLPassword string
+}
+
+// RedisSinkConfig is the subset of redissink.Config (and the client) the daemon exposes.
+type RedisSinkConfig struct {
+	URL, Stream string
+	Dedup       bool
+}
+
+// AMQPSinkConfig is the subset of amqpsink.Config the daemon exposes.
+type AMQPSinkConfig struct {
+	URL, Exchange, RoutingKey string
+}
+
+// NATSSinkConfig is the subset of natssink.Config (and the connection) the daemon exposes.
+type NATSSinkConfig struct {
+	URL, Stream, Subject string
+}
+
+// HTTPSinkConfig is the subset of httpsink.Config the daemon exposes.
+type HTTPSinkConfig struct {
+	URL            string
+	AllowedHosts   []string
+	Secrets        []string
+	AllowHTTP      bool
+	AllowPrivate   []netip.Prefix
+	RequestTimeout time.Duration
+}
+
+// scope says which commands take an option as a flag; every command accepts every
+// key in the file and the environment, so one file serves them all.
+type scope int
+
+const (
+	scopeGlobal scope = iota // a flag of every command
+	scopeRelay               // a flag of `outbox relay`
+)
+
+// option is one configuration key.
+type option struct {
+	key    string // in the YAML file, dotted: relay.batch_size
+	help   string
+	def    string // the default, as it would be written; "" for none
+	secret bool   // never printed
+	scope  scope
+	set    func(c *Config, v string) error
+}
+
+// env is the option's environment variable: OUTBOX_RELAY_BATCH_SIZE.
+func (o *option) env() string {
+	return "OUTBOX_" + strings.ToUpper(strings.ReplaceAll(o.key, ".", "_"))
+}
+
+// flag is the option's flag name: relay-batch-size.
+func (o *option) flag() string {
+	return strings.NewReplacer(".", "-", "_", "-").Replace(o.key)
+}
+
+// configKey, configEnv and configFlag name the configuration file itself.
+const (
+	configEnv  = "OUTBOX_CONFIG"
+	configFlag = "config"
+)
+
+func str(key, help, def string, field func(*Config) *string, allowed ...string) option {
+	return option{key: key, help: help, def: def, set: func(c *Config, v string) error {
+		if len(allowed) > 0 && !slices.Contains(allowed, v) {
+			return fmt.Errorf("must be one of %s, got %q", strings.Join(allowed, ", "), v)
+		}
+		*field(c) = v
+		return nil
+	}}
+}
+
+func integer(key, help string, def int, lo, hi int, field func(*Config) *int) option {
+	return option{key: key, help: help, def: strconv.Itoa(def), set: func(c *Config, v string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("must be an integer, got %q", v)
+		}
+		if n < lo || n > hi {
+			return fmt.Errorf("must be between %d and %d, got %d", lo, hi, n)
+		}
+		*field(c) = n
+		return nil
+	}}
+}
+
+func duration(key, help string, def time.Duration, field func(*Config) *time.Duration) option {
+	d := ""
+	if def != 0 {
+		d = def.String()
+	}
+	return option{key: key, help: help, def: d, set: func(c *Config, v string) error {
+		n, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("must be a duration such as 500ms, 10s or 5m, got %q", v)
+		}
+		if n <= 0 {
+			return fmt.Errorf("must be positive, got %s", n)
+		}
+		*field(c) = n
+		return nil
+	}}
+}
+
+func boolean(key, help string, def bool, field func(*Config) *bool) option {
+	return option{key: key, help: help, def: strconv.FormatBool(def), set: func(c *Config, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("must be true or false, got %q", v)
+		}
+		*field(c) = b
+		return nil
+	}}
+}
+
+func list(key, help string, field func(*Config) *[]string) option {
+	return option{key: key, help: help, set: func(c *Config, v string) error {
+		*field(c) = splitList(v)
+		return nil
+	}}
+}
+
+func splitList(v string) []string {
+	var out []string
+	for s := range strings.SplitSeq(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (o option) in(s scope) option { o.scope = s; return o }
+
+func (o option) hidden() option { o.secret = true; return o }
+
+// options lists every configuration key, in the order docs/configuration.md lists them.
+var options = []option{
+	str("database.url", "PostgreSQL connection string (URL or keyword/value); its password is never printed", "",
+		func(c *Config) *string { return &c.DatabaseURL }).hidden(),
+	integer("database.max_conns", "connections in the pool", 8, 1, 1000, func(c *Config) *int { return &c.MaxConns }),
+	str("schema", "the outbox schema", relay.DefaultSchema, func(c *Config) *string { return &c.Schema }),
+	{key: "log.level", help: "debug, info, warn or error", def: "info", set: func(c *Config, v string) error {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(v)); err != nil || !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(v)) {
+			return fmt.Errorf("must be one of debug, info, warn, error, got %q", v)
+		}
+		c.LogLevel = l
+		return nil
+	}},
+	str("log.format", "text or json", "text", func(c *Config) *string { return &c.LogFormat }, "text", "json"),
+
+	str("relay.mode", "ordered or unordered (every relay of a schema must agree)", string(relay.DefaultMode),
+		func(c *Config) *string { return (*string)(&c.Relay.Mode) }, string(relay.Ordered), string(relay.Unordered)).in(scopeRelay),
+	integer("relay.partitions", "relay partitions (recorded in relay_config)", relay.DefaultPartitions, 1, 4096,
+		func(c *Config) *int { return &c.Relay.Partitions }).in(scopeRelay),
+	integer("relay.batch_size", "most events (heads, in ordered mode) claimed by one batch", relay.DefaultBatchSize, 1, 10000,
+		func(c *Config) *int { return &c.Relay.BatchSize }).in(scopeRelay),
+	integer("relay.max_per_aggregate", "ordered mode: most events of one aggregate in a batch", relay.DefaultMaxPerAggregate, 1, 10000,
+		func(c *Config) *int { return &c.Relay.MaxPerAggregate }).in(scopeRelay),
+	integer("relay.max_batch_events", "ordered mode: most events in a batch (0: batch_size × max_per_aggregate, at most 10000)", 0, 0, 100000,
+		func(c *Config) *int { return &c.Relay.MaxBatchEvents }).in(scopeRelay),
+	duration("relay.batch_timeout", "time budget of one batch: claim, publish and mark", relay.DefaultBatchTimeout,
+		func(c *Config) *time.Duration { return &c.Relay.BatchTimeout }).in(scopeRelay),
+	duration("relay.poll_interval", "idle wait between looks for work when no listener works", relay.DefaultPollInterval,
+		func(c *Config) *time.Duration { return &c.Relay.PollInterval }).in(scopeRelay),
+	duration("relay.fallback_poll_interval", "idle wait between looks for work while the listener works", relay.DefaultFallbackPollInterval,
+		func(c *Config) *time.Duration { return &c.Relay.FallbackPollInterval }).in(scopeRelay),
+	str("relay.wakeup", "listen or poll", string(relay.DefaultWakeup),
+		func(c *Config) *string { return (*string)(&c.Relay.Wakeup) }, string(relay.WakeupListen), string(relay.WakeupPoll)).in(scopeRelay),
+	integer("relay.concurrency", "batches in flight at once (0: the library's default)", 0, 0, 64,
+		func(c *Config) *int { return &c.Relay.Concurrency }).in(scopeRelay),
+	integer("relay.publish_calls", "most Publish calls one batch makes at once", relay.DefaultPublishCalls, 1, 1024,
+		func(c *Config) *int { return &c.Relay.PublishCalls }).in(scopeRelay),
+	duration("relay.slow_publish", "least wait for a batch's slowest Publish calls before it commits the rest", relay.DefaultSlowPublish,
+		func(c *Config) *time.Duration { return &c.Relay.SlowPublish }).in(scopeRelay),
+	integer("relay.breaker_min_aggregates", "distinct failing aggregates of a batch with no success that mean the sink is down", relay.DefaultBreakerMinAggregates, 1, 1000000,
+		func(c *Config) *int { return &c.Relay.BreakerMinAggregates }).in(scopeRelay),
+	duration("relay.breaker_initial_delay", "how long the breaker stays open before its first probe (doubling)", relay.DefaultBreakerInitialDelay,
+		func(c *Config) *time.Duration { return &c.Relay.BreakerInitialDelay }).in(scopeRelay),
+	duration("relay.breaker_max_delay", "cap of the breaker's wait between probes", relay.DefaultBreakerMaxDelay,
+		func(c *Config) *time.Duration { return &c.Relay.BreakerMaxDelay }).in(scopeRelay),
+	integer("relay.max_attempts", "attempt budget of an event failing transiently", relay.DefaultMaxAttempts, 1, 1000000,
+		func(c *Config) *int { return &c.Relay.MaxAttempts }).in(scopeRelay),
+	duration("relay.retry_base_delay", "backoff after the first failed attempt (doubling)", relay.DefaultRetryBaseDelay,
+		func(c *Config) *time.Duration { return &c.Relay.RetryBaseDelay }).in(scopeRelay),
+	duration("relay.retry_max_delay", "cap of the backoff", relay.DefaultRetryMaxDelay,
+		func(c *Config) *time.Duration { return &c.Relay.RetryMaxDelay }).in(scopeRelay),
+	list("relay.publish_past_dead", "aggregate types whose dead events do not hold their aggregate (comma-separated)",
+		func(c *Config) *[]string { return &c.Relay.PublishPastDead }).in(scopeRelay),
+	boolean("relay.synchronous_commit", "batch commits wait for the WAL flush", false,
+		func(c *Config) *bool { return &c.Relay.SynchronousCommit }).in(scopeRelay),
+	duration("relay.shutdown_timeout", "how long in-flight batches may take to settle after SIGTERM", relay.DefaultShutdownTimeout,
+		func(c *Config) *time.Duration { return &c.Relay.ShutdownTimeout }).in(scopeRelay),
+	duration("relay.lease_ttl", "ordered mode: lifetime of a partition lease without renewal", relay.DefaultLeaseTTL,
+		func(c *Config) *time.Duration { return &c.Relay.LeaseTTL }).in(scopeRelay),
+
+	str("retention.mode", "keep-then-delete, delete-on-publish or keep-then-archive", string(relay.DefaultRetentionMode),
+		func(c *Config) *string { return (*string)(&c.Relay.Retention.Mode) },
+		string(relay.KeepThenDelete), string(relay.DeleteOnPublish), string(relay.KeepThenArchive)).in(scopeRelay),
+	duration("retention.keep", "how long published events are kept", relay.DefaultRetentionKeep,
+		func(c *Config) *time.Duration { return &c.Relay.Retention.Keep }).in(scopeRelay),
+	duration("retention.interval", "time between purge runs", relay.DefaultRetentionInterval,
+		func(c *Config) *time.Duration { return &c.Relay.Retention.Interval }).in(scopeRelay),
+	integer("retention.batch_size", "seq range one purge statement covers", relay.DefaultRetentionBatchSize, 1, 100000,
+		func(c *Config) *int { return &c.Relay.Retention.BatchSize }).in(scopeRelay),
+
+	str("sink.type", "jsonl, http, nats, kafka, redis or amqp", "jsonl", func(c *Config) *string { return &c.Sink.Type }, "jsonl", "http", "nats", "kafka", "redis", "amqp").in(scopeRelay),
+	str("sink.jsonl.path", `file the jsonl sink appends to; "-" is stdout`, "-",
+		func(c *Config) *string { return &c.Sink.JSONLPath }).in(scopeRelay),
+	str("sink.http.url", "URL template of the webhook sink", "", func(c *Config) *string { return &c.Sink.HTTP.URL }).in(scopeRelay),
+	list("sink.http.allowed_hosts", "hosts the webhook URLs may name (comma-separated)",
+		func(c *Config) *[]string { return &c.Sink.HTTP.AllowedHosts }).in(scopeRelay),
+	list("sink.http.secrets", "Standard Webhooks signing secrets, whsec_… (comma-separated); never printed",
+		func(c *Config) *[]string { return &c.Sink.HTTP.Secrets }).in(scopeRelay).hidden(),
+	boolean("sink.http.allow_http", "permit plain http:// URLs", false,
+		func(c *Config) *bool { return &c.Sink.HTTP.AllowHTTP }).in(scopeRelay),
+	{
+		key: "sink.http.allow_private", help: "private address ranges the webhook sink may connect to (comma-separated CIDRs)", scope: scopeRelay,
+		set: func(c *Config, v string) error {
+			c.Sink.HTTP.AllowPrivate = nil
+			for _, s := range splitList(v) {
+				p, err := netip.ParsePrefix(s)
+				if err != nil {
+					return fmt.Errorf("must be CIDR prefixes such as 10.0.0.0/8, got %q", s)
+				}
+				c.Sink.HTTP.AllowPrivate = append(c.Sink.HTTP.AllowPrivate, p)
+			}
+			return nil
+		},
+	},
+	duration("sink.http.request_timeout", "bound of one webhook request", 10*time.Second,
+		func(c *Config) *time.Duration { return &c.Sink.HTTP.RequestTimeout }).in(scopeRelay),
+
+	{
+		key: "redact.paths", help: "JSON paths of payload fields shown as [redacted] by dead show and tail, such as $.card.number,$.items[*].ssn (comma-separated)",
+		set: func(c *Config, v string) error {
+			c.RedactPaths = nil
+			for _, s := range splitList(v) {
+				p, err := parsePayloadPath(s)
+				if err != nil {
+					return err
+				}
+				c.RedactPaths = append(c.RedactPaths, p)
+			}
+			return nil
+		},
+	},
+	str("sink.nats.url", "NATS server URL(s), comma-separated; a password in it is never printed", "nats://127.0.0.1:4222",
+		func(c *Config) *string { return &c.Sink.NATS.URL }).in(scopeRelay),
+	str("sink.nats.stream", "JetStream stream the subjects belong to (it must exist)", "",
+		func(c *Config) *string { return &c.Sink.NATS.Stream }).in(scopeRelay),
+	str("sink.nats.subject", "subject template over the event", natssink.DefaultSubject,
+		func(c *Config) *string { return &c.Sink.NATS.Subject }).in(scopeRelay),
+	list("sink.kafka.brokers", "seed brokers, host:port (comma-separated)",
+		func(c *Config) *[]string { return &c.Sink.Kafka.Brokers }).in(scopeRelay),
+	str("sink.kafka.topic", "topic template over the event", kafkasink.DefaultTopic,
+		func(c *Config) *string { return &c.Sink.Kafka.Topic }).in(scopeRelay),
+	boolean("sink.kafka.tls", "connect with TLS (the system's roots)", false,
+		func(c *Config) *bool { return &c.Sink.Kafka.TLS }).in(scopeRelay),
+	str("sink.kafka.sasl_user", "SASL/PLAIN user (with sink.kafka.sasl_password)", "",
+		func(c *Config) *string { return &c.Sink.Kafka.SASLUser }).in(scopeRelay),
+	str("sink.kafka.sasl_password", "SASL/PLAIN password; never printed", "",
+		func(c *Config) *string { return &c.Sink.Kafka.SASLPassword }).in(scopeRelay).hidden(),
+	str("sink.redis.url", "Redis URL, redis://[user:password@]host:port/db; its password is never printed", "redis://127.0.0.1:6379/0",
+		func(c *Config) *string { return &c.Sink.Redis.URL }).in(scopeRelay),
+	str("sink.redis.stream", "stream key template over the event", redissink.DefaultStream,
+		func(c *Config) *string { return &c.Sink.Redis.Stream }).in(scopeRelay),
+	boolean("sink.redis.dedup", "skip an event id the stream has seen within the dedup window", false,
+		func(c *Config) *bool { return &c.Sink.Redis.Dedup }).in(scopeRelay),
+	str("sink.amqp.url", "RabbitMQ URL, amqp:// or amqps://; its password is never printed", "",
+		func(c *Config) *string { return &c.Sink.AMQP.URL }).in(scopeRelay),
+	str("sink.amqp.exchange", `exchange to publish to (it must exist); "" is the default exchange`, "",
+		func(c *Config) *string { return &c.Sink.AMQP.Exchange }).in(scopeRelay),
+	str("sink.amqp.routing_key", "routing key template over the event", amqpsink.DefaultRoutingKey,
+		func(c *Config) *string { return &c.Sink.AMQP.RoutingKey }).in(scopeRelay),
+	str("http.listen", `address of /metrics, /healthz and /readyz; "" turns the listener off`, "127.0.0.1:9464",
+		func(c *Config) *string { return &c.HTTPListen }).in(scopeRelay),
+	duration("health.stall_after", "/readyz fails when a backlog has made no progress for this long", time.Minute,
+		func(c *Config) *time.Duration { return &c.StallAfter }).in(scopeRelay),
+	duration("metrics.interval", "how often the database gauges are recomputed, at most", 10*time.Second,
+		func(c *Config) *time.Duration { return &c.MetricsInterval }).in(scopeRelay),
+}
+
+func lookup(key string) *option {
+	for i := range options {
+		if options[i].key == key {
+			return &options[i]
+		}
+	}
+	return nil
+}
+
+// ConfigError is a configuration error: it names the key and where the value came
+// from, and never the value of a secret.
+type ConfigError struct {
+	Source string // "config file x.yaml", "environment", "flag"
+	Name   string // the key, variable or flag as the user wrote it
+	Err    error
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("%s: %s: %v", e.Source, e.Name, e.Err) }
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// defaults returns the configuration of no file, no environment and no flags.
+func defaults() Config {
+	var c Config
+	for _, o := range options {
+		if o.def != "" {
+			if err := o.apply(&c, "default", o.key, o.def); err != nil {
+				panic(fmt.Sprintf("option %s: default %q: %v", o.key, o.def, err))
+			}
+		}
+	}
+	return c
+}
+
+// apply applies one value, wrapping a refusal in a ConfigError that hides a secret's
+// value, and records where the value came from in c.origin.
+func (o *option) apply(c *Config, source, name, v string) error {
+	if err := o.set(c, v); err != nil {
+		if o.secret {
+			err = errors.New("invalid value (not shown: it is secret)")
+		}
+		return &ConfigError{Source: source, Name: name, Err: err}
+	}
+	if c.origin == nil {
+		c.origin = map[string]setting{}
+	}
+	if source == "environment" || source == "flag" {
+		source = name // OUTBOX_SCHEMA, --schema
+	}
+	c.origin[o.key] = setting{value: v, source: source}
+	return nil
+}
+
+// setting is where an option's value came from.
+type setting struct{ value, source string }
+
+// loadFile applies the YAML file at path: nested mappings spell the dotted keys;
+// sequences are lists. An unknown key is refused by name.
+func loadFile(c *Config, path string) error {
+	source := "config file " + path
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the operator names the file
+	if err != nil {
+		return &ConfigError{Source: "flag/env", Name: "config", Err: fmt.Errorf("read %s: %w", path, err)}
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return &ConfigError{Source: source, Name: "yaml", Err: err}
+	}
+	if len(doc.Content) == 0 {
+		return nil // empty file
+	}
+	return walk(c, source, "", doc.Content[0])
+}
+
+func walk(c *Config, source, prefix string, n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return &ConfigError{Source: source, Name: cmpOr(prefix, "top level"), Err: fmt.Errorf("line %d: expected a mapping of keys", n.Line)}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key := k.Value
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		if v.Kind == yaml.MappingNode {
+			if err := walk(c, source, key, v); err != nil {
+				return err
+			}
+			continue
+		}
+		o := lookup(key)
+		if o == nil {
+			return &ConfigError{Source: source, Name: key, Err: fmt.Errorf("line %d: unknown key (docs/configuration.md lists them)", k.Line)}
+		}
+		var value string
+		switch v.Kind {
+		case yaml.ScalarNode:
+			value = v.Value
+		case yaml.SequenceNode:
+			items := make([]string, 0, len(v.Content))
+			for _, it := range v.Content {
+				if it.Kind != yaml.ScalarNode {
+					return &ConfigError{Source: source, Name: key, Err: fmt.Errorf("line %d: expected a list of values", it.Line)}
+				}
+				items = append(items, it.Value)
+			}
+			value = strings.Join(items, ",")
+		default:
+			return &ConfigError{Source: source, Name: key, Err: fmt.Errorf("line %d: expected a value", v.Line)}
+		}
+		if err := o.apply(c, source, key, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadEnv applies the OUTBOX_* variables of env; an unknown one is refused by name
+// (a typo would otherwise be ignored silently).
+func loadEnv(c *Config, env []string) error {
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "OUTBOX_") || name == configEnv {
+			continue
+		}
+		var o *option
+		for i := range options {
+			if options[i].env() == name {
+				o = &options[i]
+				break
+			}
+		}
+		if o == nil {
+			return &ConfigError{Source: "environment", Name: name, Err: errors.New("unknown variable (docs/configuration.md lists them)")}
+		}
+		if err := o.apply(c, "environment", name, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func getenv(env []string, name string) string {
+	for _, kv := range slices.Backward(env) {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// secrets returns the values that must never be printed: the database password and
+// the sink's secrets.
+func (c *Config) secrets() []string {
+	var out []string
+	if pw := dsnPassword(c.DatabaseURL); pw != "" {
+		out = append(out, pw)
+	}
+	out = append(out, c.Sink.HTTP.Secrets...)
+	for _, u := range []string{c.Sink.Redis.URL, c.Sink.AMQP.URL} {
+		if pw := dsnPassword(u); pw != "" {
+			out = append(out, pw)
+		}
+	}
+	if c.Sink.Kafka.SASLPassword != "" {
+		out = append(out, c.Sink.Kafka.SASLPassword)
+	}
+	for u := range strings.SplitSeq(c.Sink.NATS.URL, ",") {
+		if pw := dsnPassword(strings.TrimSpace(u)); pw != "" {
+			out = append(out, pw)
+		}
+	}
+	return out
+}

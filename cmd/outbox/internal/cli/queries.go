@@ -1,0 +1,24 @@
+package cli
+
+import (
+	"embed"
+	"fmt"
+
+	"github.com/outboxkit/outbox/internal/sqlq"
+)
+
+//go:embed queries/*.sql
+var queryFiles embed.FS
+
+// query returns the named query of queries/ rendered for the configured schema.
+func (a *app) query(name string) (string, error) {
+	quoted, err := sqlq.QuoteSchema(a.cfg.Schema)
+	if err != nil {
+		return "", usagef("schema: %w", err)
+	}
+	b, err := queryFiles.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		panic(fmt.Sprintf("query %s: %v", name, err)) // the set is fixed at compile time
+	}
+	return sqlq.Render(string(b), quoted), nil
+}

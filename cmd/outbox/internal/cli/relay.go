@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/httpsink"
+	"github.com/outboxkit/outbox/sink/jsonlsink"
+)
+
+// relayCommand is `outbox relay`: the daemon.
+func (a *app) relayCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Run the relay: publish events to the configured sink, apply retention, serve /metrics, /healthz and /readyz",
+		Long: `Run the relay until SIGTERM or SIGINT: then it stops claiming, lets in-flight batches
+settle for at most relay.shutdown_timeout, releases its leases and exits 0. SIGHUP is
+ignored (the configuration is read at start only: restart to change it).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runRelay(cmd.Context()) },
+	}
+	addFlags(cmd.Flags(), scopeRelay)
+	return cmd
+}
+
+// newSink builds the configured sink; close releases it.
+func (a *app) newSink(ctx context.Context) (sink outbox.Sink, closeFn func() error, err error) {
+	switch a.cfg.Sink.Type {
+	case "jsonl":
+		if a.cfg.Sink.JSONLPath == "-" {
+			return jsonlsink.New(a.io.Out), func() error { return nil }, nil
+		}
+		s, err := jsonlsink.Open(a.cfg.Sink.JSONLPath)
+		if err != nil {
+			return nil, nil, usagef("sink.jsonl.path: %w", err)
+		}
+		return s, s.Close, nil
+	case "http":
+		h := a.cfg.Sink.HTTP
+		s, err := httpsink.New(&httpsink.Config{
+			URL: h.URL, AllowedHosts: h.AllowedHosts, Secrets: h.Secrets, AllowHTTP: h.AllowHTTP,
+			AllowPrivate: h.AllowPrivate, RequestTimeout: h.RequestTimeout, Logger: a.log,
+		})
+		if err != nil {
+			return nil, nil, usagef("sink.http: %w", err)
+		}
+		return s, s.Close, nil
+	case "nats":
+		return a.natsSink(ctx)
+	case "kafka":
+		return a.kafkaSink()
+	case "redis":
+		return a.redisSink()
+	case "amqp":
+		return a.amqpSink()
+	}
+	return nil, nil, usagef("sink.type: unknown sink %q", a.cfg.Sink.Type)
+}
+
+func (a *app) runRelay(ctx context.Context) error {
+	sink, closeSink, err := a.newSink(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := closeSink(); err != nil {
+			a.log.Warn("close sink", slog.Any("error", err))
+		}
+	}()
+	pool, err := a.openPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cfg := a.cfg.Relay
+	cfg.Schema = a.cfg.Schema
+	cfg.Logger = a.log // the relay adds relay_id and schema to its lines
+	mon := newMonitor(pool, a.cfg)
+	cfg.Observer = mon
+	r, err := relay.New(pool, sink, &cfg) // checks the configuration before connecting
+	if err != nil {
+		return usageError{keyedRelayError(err)}
+	}
+	mon.relay = r
+	if err := ping(ctx, pool); err != nil {
+		return err
+	}
+	log := a.log.With(slog.String("relay_id", r.Owner()))
+
+	var srv *http.Server
+	serveErr := make(chan error, 1)
+	if a.cfg.HTTPListen != "" {
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", a.cfg.HTTPListen)
+		if err != nil {
+			return usagef("http.listen: %w", err)
+		}
+		srv = &http.Server{Handler: mon.handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { serveErr <- srv.Serve(ln) }()
+		log.Info("serving /metrics, /healthz, /readyz", slog.String("address", ln.Addr().String()))
+	}
+	monCtx, monStop := context.WithCancel(context.WithoutCancel(ctx))
+	monDone := make(chan struct{})
+	go func() { defer close(monDone); mon.run(monCtx) }()
+
+	log.Info("relay starting", slog.String("schema", cfg.Schema), slog.String("mode", string(cmpOr(string(cfg.Mode), string(relay.DefaultMode)))), slog.String("sink", a.cfg.Sink.Type))
+	start := time.Now()
+	runErr := r.Run(ctx)
+	monStop()
+	<-monDone
+	if srv != nil {
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = srv.Shutdown(shutCtx)
+		cancel()
+		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics listener", slog.Any("error", err))
+		}
+	}
+	st := r.Stats()
+	if runErr != nil {
+		return fmt.Errorf("relay: %w", runErr)
+	}
+	log.Info("relay stopped", slog.Int64("published", st.Published), slog.Int64("dead", st.Dead), slog.Duration("ran", time.Since(start).Round(time.Millisecond)))
+	return nil
+}
