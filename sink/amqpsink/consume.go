@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -202,7 +201,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				continue
 			}
 			select {
-			case queues[shard(msg.AggregateType, msg.AggregateID, len(queues))] <- delivery{d, msg}:
+			case queues[inbox.Shard(msg.AggregateType, msg.AggregateID, len(queues))] <- delivery{d, msg}:
 			case <-ctx.Done():
 				_ = d.Nack(false, true)
 				return nil
@@ -259,13 +258,4 @@ func decodeDelivery(d amqp.Delivery) (outbox.Message, error) {
 		return outbox.Message{}, fmt.Errorf("amqpsink: %w: %w", inbox.ErrInvalidMessage, err)
 	}
 	return msg, nil
-}
-
-// shard maps an aggregate to a worker.
-func shard(aggregateType, aggregateID string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(aggregateType))
-	_, _ = h.Write([]byte{0x1f})
-	_, _ = h.Write([]byte(aggregateID))
-	return int(h.Sum32() % uint32(n)) //nolint:gosec // n ≤ 1024
 }

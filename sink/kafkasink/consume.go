@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"slices"
 	"sync"
@@ -198,7 +197,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				return
 			}
 			select {
-			case queues[shard(msg.AggregateType, msg.AggregateID, len(queues))] <- job{rec, msg}:
+			case queues[inbox.Shard(msg.AggregateType, msg.AggregateID, len(queues))] <- job{rec, msg}:
 			case <-ctx.Done():
 				stopped = true
 			}
@@ -324,13 +323,4 @@ func decodeRecord(rec *kgo.Record) (outbox.Message, error) {
 		return outbox.Message{}, fmt.Errorf("kafkasink: decode record: %w", err)
 	}
 	return msg, nil
-}
-
-// shard maps an aggregate to a worker.
-func shard(aggregateType, aggregateID string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(aggregateType))
-	_, _ = h.Write([]byte{0x1f})
-	_, _ = h.Write([]byte(aggregateID))
-	return int(h.Sum32() % uint32(n)) //nolint:gosec // n ≤ 1024
 }

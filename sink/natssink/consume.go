@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strings"
 	"sync"
@@ -129,7 +128,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.terminate(ctx, m, err)
 			continue
 		}
-		q := queues[shard(msg.AggregateType, msg.AggregateID, len(queues))]
+		q := queues[inbox.Shard(msg.AggregateType, msg.AggregateID, len(queues))]
 		select {
 		case q <- delivery{m, msg}:
 		case <-ctx.Done():
@@ -189,13 +188,4 @@ func decode(m jetstream.Msg) (outbox.Message, error) {
 		msg.Attempt = int(md.NumDelivered)
 	}
 	return msg, nil
-}
-
-// shard maps an aggregate to a worker.
-func shard(aggregateType, aggregateID string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(aggregateType))
-	_, _ = h.Write([]byte{0x1f})
-	_, _ = h.Write([]byte(aggregateID))
-	return int(h.Sum32() % uint32(n)) //nolint:gosec // n ≤ 1024
 }
