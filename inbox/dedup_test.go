@@ -14,7 +14,7 @@ import (
 )
 
 // A second delivery of an event (the broker redelivers; the consumer crashed after the
-// commit and before the ack, TESTPLAN #31) is skipped: one effect.
+// commit and before the ack) is skipped: one effect.
 func TestDuplicateDeliveryIsSkipped(t *testing.T) {
 	t.Parallel()
 	pool := db(t)

@@ -16,7 +16,7 @@ import (
 	"github.com/outboxkit/outbox/sink/memsink"
 )
 
-// S3 and TESTPLAN #2: a crash in each of the four windows of a batch. Window 1 (after
+// S3: a crash in each of the four windows of a batch. Window 1 (after
 // claim, before publish) publishes nothing extra; windows 2–4 publish each event of the
 // batch exactly once more, with the same id: 2, after the broker has the messages but
 // before the relay sees its answer (failpoint AfterPublish); 3, after the acks are seen,

@@ -17,7 +17,7 @@ import (
 	"github.com/outboxkit/outbox/sink/memsink"
 )
 
-// TESTPLAN #12: commit order differs from seq order. T1 takes a lower seq and commits
+// Commit order differs from seq order. T1 takes a lower seq and commits
 // late; T2 commits at once. The relay publishes T2's event, never skips T1's for good,
 // and publishes it once T1 commits. When T1 rolls back instead, nothing stalls.
 func TestInFlightTransactionIsNotSkipped(t *testing.T) {
@@ -66,7 +66,7 @@ func TestInFlightTransactionIsNotSkipped(t *testing.T) {
 	}
 }
 
-// TESTPLAN #44: a message the broker refuses as too large is a permanent failure:
+// A message the broker refuses as too large is a permanent failure:
 // dead at once with its reason, no retry; under the default policy it holds its
 // aggregate, and other aggregates flow.
 func TestOversizeAtSinkIsDeadWithReason(t *testing.T) {
@@ -93,7 +93,7 @@ func TestOversizeAtSinkIsDeadWithReason(t *testing.T) {
 	}
 }
 
-// TESTPLAN #46: a row written out of band that cannot be decoded (headers that are not
+// A row written out of band that cannot be decoded (headers that are not
 // an object of strings) fails alone, dead with the reason; its data is left as it was;
 // rows claimed in the same batch are published.
 func TestUndecodableRowFailsAlone(t *testing.T) {
@@ -142,7 +142,7 @@ func rowText(t *testing.T, pool interface {
 	return s
 }
 
-// TESTPLAN #48: an application retry enqueuing the same event id keeps one event, and a
+// An application retry enqueuing the same event id keeps one event, and a
 // replay keeps the original id.
 func TestDuplicateIDFromApplicationRetryAndReplayKeepsID(t *testing.T) {
 	t.Parallel()
@@ -178,7 +178,7 @@ func TestDuplicateIDFromApplicationRetryAndReplayKeepsID(t *testing.T) {
 	}
 }
 
-// TESTPLAN #49: an event scheduled in the future is never published early; one
+// An event scheduled in the future is never published early; one
 // scheduled in the past is published at once.
 func TestDelayedEvents(t *testing.T) {
 	t.Parallel()
@@ -207,7 +207,7 @@ func TestDelayedEvents(t *testing.T) {
 	}
 }
 
-// TESTPLAN #15: the mark and the put-back hit a serialization failure (40001), then a
+// The mark and the put-back hit a serialization failure (40001), then a
 // deadlock (40P01), raised once each by a trigger. The mark is made by the claim
 // statement, before the sink has anything: a failing claim rolls back and is claimed
 // again, nothing published twice. The put-back of unpublished rows comes after the sink
@@ -305,7 +305,7 @@ func TestSerializationFailureRetried(t *testing.T) {
 	}
 }
 
-// TESTPLAN #15, isolation levels: relays whose transactions run at REPEATABLE READ or
+// Isolation levels: relays whose transactions run at REPEATABLE READ or
 // SERIALIZABLE (default_transaction_isolation on their pool), two at once, while events
 // are written and the sink fails a tenth of first attempts (so rows are put back). A
 // claim that meets a row changed since its snapshot fails with a serialization error and

@@ -133,7 +133,7 @@ func sameAggregatePartition(t *testing.T, pool *pgxpool.Pool, aggType, prefix st
 	return ids
 }
 
-// S7 and TESTPLAN #13: a poison event is retried with backoff and goes dead after its
+// S7: a poison event is retried with backoff and goes dead after its
 // budget; other aggregates, also in the same partition, keep flowing; the poison's own
 // later events are held until it is replayed, then published in order. With
 // PublishPastDead, they flow past it instead.

@@ -210,7 +210,7 @@ func TestPurgeRacesReplay(t *testing.T) {
 	}
 }
 
-// TESTPLAN #4: stopping under load. With time to finish, the batch in flight completes
+// Stopping under load. With time to finish, the batch in flight completes
 // and is marked; with less time than the publish needs, it is abandoned and its events
 // are immediately claimable again (no lock left behind). Run returns within the deadline.
 func TestGracefulShutdown(t *testing.T) {

@@ -80,7 +80,7 @@ func (p *purgeArgs) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 }
 func (p *purgeArgs) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// Retention judges age by the database's clock (TESTPLAN #42: a relay host's clock may be
+// Retention judges age by the database's clock (a relay host's clock may be
 // minutes off): events published 2 hours ago go, events published 30 minutes ago stay
 // (Keep 1 hour), and no time from the relay's clock reaches the purge statement.
 func TestRetentionCutoffIsTheDatabaseClock(t *testing.T) {

@@ -131,7 +131,7 @@ func TestHugeExponentsAreDeliveredAsWritten(t *testing.T) {
 	}
 }
 
-// TESTPLAN #41: a statement_timeout the DBA set, shorter than a full claim takes (here a
+// A statement_timeout the DBA set, shorter than a full claim takes (here a
 // trigger costs each claimed row 1 ms; claims time out past ~250 rows): the relay halves
 // its claims until they fit, instead of retrying one statement that always times out,
 // and drains everything; nothing goes dead.

@@ -241,7 +241,7 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// stormCheck is the checker of TESTPLAN's harness, over storm_deliveries.
+// stormCheck is the checker of the kill-storm harness, over storm_deliveries.
 type stormCheck struct {
 	events, distinctDelivered, deliveries, lost, phantom, unpublished int
 }

@@ -40,7 +40,7 @@ func TestPublishesEverythingInOrder(t *testing.T) {
 	}
 }
 
-// TESTPLAN #9: four relays in unordered mode share the backlog through SKIP LOCKED;
+// Four relays in unordered mode share the backlog through SKIP LOCKED;
 // no event is claimed twice at once: without faults, each is delivered exactly once.
 func TestUnorderedNoDoubleClaim(t *testing.T) {
 	t.Parallel()

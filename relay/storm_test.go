@@ -52,7 +52,7 @@ func drain(c chan struct{}) {
 	}
 }
 
-// TESTPLAN #1 (kill storm) and #5 (rolling restart while producing), with real
+// The kill storm and a rolling restart while producing, with real
 // processes: 3 relay processes; events produced while one process after another is
 // stopped — SIGKILL (storm) or SIGTERM (rolling restart) — and restarted. Deliveries are
 // recorded outside the relays. Checked: nothing lost, nothing phantom, every row ends

@@ -12,7 +12,7 @@ import (
 	"github.com/outboxkit/outbox/relay"
 )
 
-// TESTPLAN #3: relay A is paused (SIGSTOP) in the middle of a publish, past its lease;
+// Relay A is paused (SIGSTOP) in the middle of a publish, past its lease;
 // relay B takes A's partitions over and publishes; then A resumes (SIGCONT). A's late
 // marks are fenced (counted, and they do not overwrite B's state), no first delivery is
 // out of order, and A's stale re-sends are counted duplicates.

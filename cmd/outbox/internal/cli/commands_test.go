@@ -177,7 +177,7 @@ func TestDeadListShowReplayDiscard(t *testing.T) {
 	}
 }
 
-// TestDeadShowRedactsPayloadPaths (TESTPLAN #70): fields named by redact.paths carry
+// TestDeadShowRedactsPayloadPaths: fields named by redact.paths carry
 // canary PII; dead show --payload and tail --payload show them as [redacted], the rest
 // as written.
 func TestDeadShowRedactsPayloadPaths(t *testing.T) {
