@@ -118,7 +118,7 @@ func slowPollConfig() *relay.Config {
 // wakeDeadline is how soon a woken relay must deliver: far below slowPollConfig's poll.
 const wakeDeadline = 2 * time.Second
 
-// First part: the listener's backend is terminated; the listener
+// Lost wake-ups, first part: the listener's backend is terminated; the listener
 // reconnects, re-LISTENs, and a later Notifier wake-up still reaches the relay.
 func TestWakeupListenerReconnectsAfterTerminate(t *testing.T) {
 	t.Parallel()
@@ -150,7 +150,7 @@ func TestWakeupListenerReconnectsAfterTerminate(t *testing.T) {
 	}
 }
 
-// The lost wake-up: an event commits, and its notification is sent, while
+// Lost wake-ups, the lost wake-up: an event commits, and its notification is sent, while
 // the listener is disconnected (between the relay's "nothing found" and the
 // re-LISTEN). The listener wakes the relay once it is back, so the event does not wait
 // for the poll.
@@ -186,7 +186,7 @@ func TestWakeupLostWhileDisconnectedIsRecovered(t *testing.T) {
 	waitFor(t, sink, wakeDeadline, "the event committed while the listener was away", delivered("while-away"))
 }
 
-// Notifications dropped entirely (nobody notifies: no Notifier, no
+// Lost wake-ups, notifications dropped entirely (nobody notifies: no Notifier, no
 // trigger): the fallback poll still delivers every event within one PollInterval.
 func TestWakeupDroppedFallbackPollDelivers(t *testing.T) {
 	t.Parallel()
