@@ -30,8 +30,9 @@ type batcher struct {
 	leases  *leaseKeeper // ordered mode: the partitions a batch may claim
 	owner   string
 	breaker *breaker
-	// rotation keeps where the last ordered claims stopped, per aggregate type
-	rotation rotation
+	// rotations keep where each worker's last ordered claims stopped, per aggregate
+	// type (a worker claims from its own partitions: workerShare)
+	rotations []rotation
 	// floor keeps the seq the claims read the pending rows from (claim_floor.sql)
 	floor floor
 	// foundWork is called when a claim found work, to bring an idle worker in;
@@ -57,13 +58,14 @@ type batcher struct {
 	late sync.WaitGroup
 }
 
-func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, foundWork, released func()) *batcher {
+func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, workers int, foundWork, released func()) *batcher {
 	// A claim transaction is idle while the sink publishes; past the batch's budget plus
 	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
 	iit := cfg.BatchTimeout + 30*time.Second
 	b := &batcher{
 		pool: pool, sink: sink, cfg: cfg, q: q, log: log, stats: stats, leases: leases, owner: owner,
 		breaker: newBreaker(cfg.BreakerInitialDelay, cfg.BreakerMaxDelay), foundWork: foundWork, released: released,
+		rotations:       make([]rotation, max(1, workers)),
 		sessionSettings: []string{fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds())},
 	}
 	if !cfg.SynchronousCommit {
@@ -82,25 +84,25 @@ type batchResult struct {
 	full                              bool
 }
 
-// run claims, publishes and settles one batch: in ordered mode from the relay partitions
-// the relay leases, in unordered mode from all.
-func (b *batcher) run(ctx context.Context) (batchResult, error) {
+// run claims, publishes and settles one batch: in ordered mode from the worker's share of
+// the relay partitions the relay leases, in unordered mode from all.
+func (b *batcher) run(ctx context.Context, share workerShare) (batchResult, error) {
 	relayCtx := ctx // outlives the batch: Publish calls still running after it use it
 	start := time.Now()
 	var res batchResult
 	var (
 		parts  []int
 		epochs []int64
-		scope  []int // relay partitions to claim from; nil: all
 	)
+	scope := b.scope(nil, share)
 	if b.cfg.Mode == Ordered {
 		var done func()
-		parts, epochs, done = b.leases.claimable(time.Now())
+		parts, epochs, done = b.leases.claimable(time.Now(), share)
 		defer done()
 		if len(parts) == 0 {
 			return res, nil
 		}
-		scope = b.scope(parts)
+		scope = b.scope(parts, share)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout+10*time.Second)
 	defer cancel()
@@ -243,25 +245,34 @@ func (b *batcher) endCalls(running **inFlight) {
 	*running = nil
 }
 
-// scope returns parts, the relay partitions a query filters on, or nil when they are
-// all of them (no filter needed).
-func (b *batcher) scope(parts []int) []int {
+// claimScope is what one worker's claim reads from.
+type claimScope struct {
+	// parts are the relay partitions a claim filters on; nil: all of them (no filter)
+	parts []int
+	// rotation is where the worker's last ordered claims stopped
+	rotation *rotation
+}
+
+// scope returns the claim scope of worker share over the relay partitions parts (nil or
+// all of them: no filter).
+func (b *batcher) scope(parts []int, share workerShare) claimScope {
+	s := claimScope{parts: parts, rotation: &b.rotations[min(share.index, len(b.rotations)-1)]}
 	if len(parts) == b.cfg.Partitions {
-		return nil
+		s.parts = nil
 	}
-	return parts
+	return s
 }
 
 // ready answers, with one cheap query, whether an idle relay has anything to claim.
-func (b *batcher) ready(ctx context.Context) (bool, error) {
+func (b *batcher) ready(ctx context.Context, share workerShare) (bool, error) {
 	var scope []int
 	if b.cfg.Mode == Ordered {
-		parts, _, done := b.leases.claimable(time.Now())
+		parts, _, done := b.leases.claimable(time.Now(), share)
 		done()
 		if len(parts) == 0 {
 			return false, nil
 		}
-		scope = b.scope(parts)
+		scope = b.scope(parts, share).parts
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()

@@ -36,7 +36,7 @@ var claimSettings = []string{"SET LOCAL jit = off", "SET LOCAL enable_seqscan = 
 
 // claim runs the claim statement and returns what it claimed: in ordered mode, per
 // aggregate, the contiguous prefix of locked, available rows (the statement cuts it).
-func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedBatch, error) {
+func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (claimedBatch, error) {
 	batch := &pgx.Batch{}
 	settings := slices.Concat(b.sessionSettings, claimSettings)
 	for _, set := range settings {
@@ -67,7 +67,7 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope []int) (claimedB
 	c := b.assemble(read)
 	c.full = len(read.msgs) >= q.capacity
 	if b.cfg.Mode == Ordered {
-		b.rotation.advance(read.msgs)
+		scope.rotation.advance(read.msgs)
 		c.full = c.full || b.cut(read.msgs, q.heads, q.capacity)
 	}
 	return c, nil
@@ -82,17 +82,17 @@ type claimQuery struct {
 
 // claimQuery returns the arguments of the next claim in scope from the floor fa:
 // BatchSize and MaxBatchEvents, halved as often as failed claims asked (narrowClaims).
-func (b *batcher) claimQuery(scope []int, fa floorArgs) claimQuery {
+func (b *batcher) claimQuery(scope claimScope, fa floorArgs) claimQuery {
 	batchSize, maxEvents := b.narrowed(b.cfg.BatchSize), b.narrowed(b.cfg.MaxBatchEvents)
 	if b.cfg.Mode != Ordered {
 		return claimQuery{args: []any{fa.floor, fa.replays, batchSize}, capacity: batchSize}
 	}
 	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
-	types, ids := b.rotation.args()
+	types, ids := scope.rotation.args()
 	return claimQuery{
 		heads: min(batchSize, maxEvents),
 		args: orderedClaim{
-			fa.floor, fa.replays, scope, min(batchSize, maxEvents), b.cfg.MaxPerAggregate, b.cfg.PublishPastDead,
+			fa.floor, fa.replays, scope.parts, min(batchSize, maxEvents), b.cfg.MaxPerAggregate, b.cfg.PublishPastDead,
 			maxEvents, b.cfg.Partitions, types, ids,
 		}.args(),
 		capacity: maxEvents,

@@ -96,8 +96,8 @@ type Config struct {
 	// connection while its sink publishes; at most the pool's MaxConns. Default in
 	// Ordered mode: [DefaultOrderedConcurrency] (2) per relay — while one batch is being
 	// published (or waits for a slow call), the other claims and publishes other
-	// aggregates (each claim starts where the last one stopped, so they take different
-	// aggregates; a head another batch holds is passed over). Default in Unordered mode:
+	// aggregates (the relay's partitions are dealt out among its workers, so two batches
+	// never read the same aggregates; ADR 0024). Default in Unordered mode:
 	// [DefaultUnorderedConcurrency] (2) among all the relays of the schema, at least 1
 	// each — a relay alone runs 2 batches at once, relays that find others alive (they
 	// announce themselves in relay_members every LeaseTTL/3) run 1 each: many claims at

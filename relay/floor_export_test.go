@@ -30,7 +30,7 @@ func NextClaim(r *Relay, fromFloor bool) (string, []any) {
 	if !fromFloor {
 		fa.floor = 0
 	}
-	return r.batches.q.claim, r.batches.claimQuery(nil, fa).args
+	return r.batches.q.claim, r.batches.claimQuery(r.batches.scope(nil, workerShare{}), fa).args
 }
 
 // FullClaimNow makes r's next claim read from the first row (tests only).

@@ -72,6 +72,13 @@ func (b *batcher) settleLate(ctx context.Context, h heldRows) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		// as a claim's: no JIT compile for a statement whose estimate grows with its
+		// rows, and each row changed where its lookup found it (settle_late.sql)
+		for _, set := range claimSettings {
+			if _, err := tx.Exec(ctx, set); err != nil {
+				return err
+			}
+		}
 		if b.cfg.Mode == Ordered {
 			if _, err := tx.Exec(ctx, b.q.fence, b.owner, h.parts, h.epochs); err != nil {
 				return err

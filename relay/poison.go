@@ -54,7 +54,7 @@ func contentError(err error) bool {
 // (the claim's connection, its transaction rolled back). It finds the row that makes the
 // claim fail and parks it dead; it reports whether it parked one. When no single row
 // fails alone (the rows fail only together: too much at once), it parks nothing.
-func (b *batcher) isolatePoison(ctx context.Context, conn *pgx.Conn, scope []int, cause error) (bool, error) {
+func (b *batcher) isolatePoison(ctx context.Context, conn *pgx.Conn, scope claimScope, cause error) (bool, error) {
 	q := b.claimQuery(scope, b.floor.args(time.Now()))
 	var candidates []int64
 	if err := rolledBack(ctx, conn, func(tx pgx.Tx) error {
@@ -179,7 +179,7 @@ func rolledBack(ctx context.Context, conn *pgx.Conn, fn func(tx pgx.Tx) error) e
 // rows fail only together, or the server cancelled the statement (a statement_timeout
 // set by the DBA) — makes the next claims smaller (halved each time, recovering one step
 // per claim that succeeds), so no single huge statement is retried for ever.
-func (b *batcher) claimFailed(ctx context.Context, tx *batchTx, scope []int, err error) (batchResult, error) {
+func (b *batcher) claimFailed(ctx context.Context, tx *batchTx, scope claimScope, err error) (batchResult, error) {
 	timedOut := isStatementTimeout(err)
 	if !contentError(err) && !timedOut {
 		return batchResult{}, err

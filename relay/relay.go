@@ -30,8 +30,8 @@ type Relay struct {
 	cfg     Config
 	log     *slog.Logger
 	stats   counters
-	owner   string        // this relay in leases and relay_members: random per relay
-	wake    chan struct{} // an idle worker looks for work now
+	owner   string   // this relay in leases and relay_members: random per relay
+	wake    *wakeups // idle workers look for work now
 	workers workerPlan
 
 	batches  *batcher
@@ -62,12 +62,12 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	}
 	owner := uuid.NewString()
 	r := &Relay{
-		pool: pool, cfg: c, owner: owner, wake: make(chan struct{}, 1), workers: workers,
+		pool: pool, cfg: c, owner: owner, wake: newWakeups(workers.max, c.Mode == Ordered), workers: workers,
 		log: c.Logger.With(slog.String("schema", c.Schema), slog.String("relay_id", owner)),
 	}
 	q := newQueries(&r.cfg, quoted)
 	r.leases = newLeaseKeeper(pool, q, &r.cfg, r.owner, r.log, &r.stats, r.workFound)
-	r.batches = newBatcher(pool, sink, &r.cfg, q, r.log, &r.stats, r.leases, r.owner, r.peerWanted, r.workFound)
+	r.batches = newBatcher(pool, sink, &r.cfg, q, r.log, &r.stats, r.leases, r.owner, workers.max, r.peerWanted, r.workFound)
 	r.purger = &purger{pool: pool, q: q, cfg: &r.cfg, log: r.log, stats: &r.stats}
 	if c.Wakeup == WakeupListen {
 		r.listener = newListener(pool, c.Schema, r.Wake, r.notified, r.log)
@@ -78,19 +78,19 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 // Wake asks the relay to look for work (and, in ordered mode, for free leases) now
 // rather than after its poll interval. It never blocks; wake-ups coalesce.
 func (r *Relay) Wake() {
-	signal(r.wake)
+	r.wake.signal()
 	signal(r.leases.kick)
 }
 
 // workFound wakes an idle worker: newly acquired partitions may hold work.
-func (r *Relay) workFound() { signal(r.wake) }
+func (r *Relay) workFound() { r.wake.signal() }
 
 // peerWanted brings an idle worker in to claim the next batch while a batch that found
 // work is published, so one wake-up (a notification, Wake) sets every worker to a
 // backlog, not just the one it reached.
 func (r *Relay) peerWanted() {
 	if r.activeWorkers() > 1 {
-		signal(r.wake)
+		r.wake.signal()
 	}
 }
 
@@ -101,7 +101,7 @@ func (r *Relay) notified(payload string) {
 		signal(r.leases.kick)
 		return
 	}
-	signal(r.wake)
+	r.wake.signal()
 }
 
 // Owner returns the id this relay uses in the leases and relay_members tables.

@@ -105,6 +105,7 @@ func TestOrderedBatchCutByMaxBatchEvents(t *testing.T) {
 			cfg := fastConfig()
 			cfg.BatchSize, cfg.MaxPerAggregate, cfg.MaxBatchEvents = 5, 10, c.maxBatchEvents
 			cfg.PublishCalls = 1 // a sink call is a batch
+			cfg.Concurrency = 1  // one batch reads every partition (two deal them out)
 			start(t, newRelay(t, pool, sink, cfg))
 			checkOrder(t, waitFor(t, sink, 20*time.Second, "all 50 events", distinct(50)))
 			mu.Lock()

@@ -22,7 +22,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 	for ctx.Err() == nil {
 		if worker >= r.activeWorkers() { // other relays share the default: wait
 			if woken { // it went idle before it had to wait: pass the wake-up on
-				signal(r.wake)
+				r.wake.signal()
 			}
 			woken = false
 			wait(ctx, r.leases.interval(), nil)
@@ -33,16 +33,17 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			wait(ctx, d, nil)
 			continue
 		}
+		share := workerShare{index: worker, of: r.activeWorkers()}
 		if probe {
-			ready, err := r.batches.ready(hard)
+			ready, err := r.batches.ready(hard, share)
 			if err == nil && !ready {
 				r.batches.breaker.inconclusive()
-				woken = wait(ctx, r.idleWait(), r.wake)
+				woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 				probe = !woken
 				continue
 			}
 		}
-		res, err := r.batches.run(hard)
+		res, err := r.batches.run(hard, share)
 		switch {
 		case errors.Is(err, failpoint.ErrCrash):
 			return err
@@ -60,13 +61,13 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			probe = false
 		case res.claimed == 0:
 			r.batches.breaker.inconclusive()
-			woken = wait(ctx, r.idleWait(), r.wake)
+			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 			probe = !woken
 		case !res.full && r.listener.isListening():
 			// The claim took what there was: claim again when told of more (a wake-up
 			// that came during the batch ends the wait at once), not straight away — an
 			// empty claim is a write transaction too.
-			woken = wait(ctx, r.idleWait(), r.wake)
+			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 			probe = !woken
 		default:
 			probe = false
@@ -89,4 +90,19 @@ func (r *Relay) idleWait() time.Duration {
 		idle = min(idle, max(time.Until(time.Unix(0, due)), time.Millisecond))
 	}
 	return idle
+}
+
+// workerShare says which of a relay's active workers runs a batch: worker index of of.
+type workerShare struct{ index, of int }
+
+// deal returns the share's turn of parts: every of-th one from index.
+func (s workerShare) deal(parts []int) []int {
+	if s.of <= 1 {
+		return parts
+	}
+	var mine []int
+	for i := s.index; i < len(parts); i += s.of {
+		mine = append(mine, parts[i])
+	}
+	return mine
 }

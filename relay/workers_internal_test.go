@@ -58,7 +58,7 @@ func TestWaitingWorkerPassesWakeUpOn(t *testing.T) {
 
 	r.leases.members.Store(2) // a heartbeat found another relay: this worker must wait
 	r.Wake()                  // taken by the idle worker, the only one listening
-	if !poll(10*time.Second, func() bool { return len(r.wake) > 0 }) {
+	if !poll(10*time.Second, func() bool { return len(r.wake.shared) > 0 }) {
 		t.Fatal("the waiting worker kept the wake-up: the worker that runs batches would sleep through it")
 	}
 	if n := batches.n.Load(); n != 1 {
