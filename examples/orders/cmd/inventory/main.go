@@ -75,7 +75,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	addr := cmp.Or(os.Getenv("ADDR"), "127.0.0.1:8081")
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("ADDR: %w", err)
 	}
