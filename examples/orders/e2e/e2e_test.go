@@ -122,6 +122,7 @@ func TestOrdersToInventory(t *testing.T) {
 	want := map[string]int{"widget": initial, "gadget": initial}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	began := time.Now()
 	for c := range clients {
 		wg.Go(func() {
 			for i := range perClient {
@@ -141,6 +142,7 @@ func TestOrdersToInventory(t *testing.T) {
 		return stockOf(t, consumerDB, "widget") == want["widget"] && stockOf(t, consumerDB, "gadget") == want["gadget"]
 	})
 	const total = clients * perClient
+	t.Logf("%d orders from %d HTTP clients: stock applied %s after the first POST", total, clients, time.Since(began))
 	if n := count(t, consumerDB, `SELECT count(*) FROM outbox.inbox WHERE consumer = 'inventory'`); n != total {
 		t.Fatalf("%d events in the inbox, want %d", n, total)
 	}
@@ -181,6 +183,11 @@ func TestOrdersToInventory(t *testing.T) {
 	if n := count(t, consumerDB, `SELECT count(*) FROM outbox.inbox WHERE consumer = 'inventory'`); n != total {
 		t.Fatalf("%d events in the inbox after the duplicate, want %d", n, total)
 	}
+	// One more order, timed from its POST to its effect on the consumer's database.
+	began = time.Now()
+	placeOrder(t, base, "widget", 1)
+	testenv.WaitFor(t, time.Minute, "the last order's effect", func() bool { return stockOf(t, consumerDB, "widget") == want["widget"]-1 })
+	t.Logf("one order: POST to stock applied in %s", time.Since(began))
 	stopOrders()
 	stopInventory()
 	if n := count(t, producerDB, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`); n != 0 {

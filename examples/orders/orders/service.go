@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
@@ -15,6 +16,10 @@ import (
 
 // ErrNotFound is returned by [Service.Order] for an id no order has.
 var ErrNotFound = errors.New("orders: no such order")
+
+// ErrExists is returned by [Service.PlaceOrder] for an order whose caller-set ID an
+// order has already: nothing was written.
+var ErrExists = errors.New("orders: an order with this id exists")
 
 // Config configures a [Service]. The zero value (or nil) means the defaults.
 type Config struct {
@@ -76,7 +81,7 @@ func (s *Service) Close() {
 // order is refused with a [*ValidationError] before any SQL runs.
 //
 // A zero o.ID gets a new UUIDv7. A caller that sets it (to retry a request safely)
-// gets an error for an id that exists, and nothing is written twice.
+// gets [ErrExists] for an id that exists, and nothing is written twice.
 func (s *Service) PlaceOrder(ctx context.Context, o Order) (Order, error) {
 	if err := Validate(o); err != nil {
 		return Order{}, err
@@ -85,7 +90,11 @@ func (s *Service) PlaceOrder(ctx context.Context, o Order) (Order, error) {
 		o.ID = outbox.NewID()
 	}
 	err := outbox.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, insertOrderSQL, o.ID, o.Customer, o.SKU, o.Quantity).Scan(&o.CreatedAt); err != nil {
+		err := tx.QueryRow(ctx, insertOrderSQL, o.ID, o.Customer, o.SKU, o.Quantity).Scan(&o.CreatedAt)
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "orders_pkey" {
+			return ErrExists
+		}
+		if err != nil {
 			return fmt.Errorf("insert the order: %w", err)
 		}
 		event, err := PlacedEvent(o)

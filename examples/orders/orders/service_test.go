@@ -109,8 +109,8 @@ func TestPlaceOrderWithAnExistingID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PlaceOrder(ctx, orders.Order{ID: o.ID, Customer: "ada", SKU: "widget", Quantity: 1}); err == nil {
-		t.Fatal("a second order with the same id was accepted")
+	if _, err := s.PlaceOrder(ctx, orders.Order{ID: o.ID, Customer: "bob", SKU: "gadget", Quantity: 2}); !errors.Is(err, orders.ErrExists) {
+		t.Fatalf("a second order with the same id: %v, want ErrExists", err)
 	}
 	if o, e := count(t, pool, `SELECT count(*) FROM orders`), count(t, pool, `SELECT count(*) FROM outbox.events`); o != 1 || e != 1 {
 		t.Fatalf("%d orders and %d events, want 1 and 1", o, e)
