@@ -44,11 +44,16 @@ func TestBadRequestNamesTheFieldAndWritesNothing(t *testing.T) {
 		{`{"customer": "ada", "sku": "widget", "quantity": 1} {}`, "", "one JSON object"},
 		{`{"customer": "ada",`, "", "invalid JSON"},
 		{``, "", "empty"},
+		{`{"customer": "` + strings.Repeat("a", 201) + `", "sku": "widget", "quantity": 1}`, "customer", "at most 200 bytes"},
 	} {
 		status, body, _ := post(t, srv.URL, tc.body)
 		if status != http.StatusBadRequest || body["field"] != tc.field || !strings.Contains(body["error"], tc.says) {
 			t.Errorf("POST %s: %d %v, want 400 naming field %q and saying %q", tc.body, status, body, tc.field, tc.says)
 		}
+	}
+	status, body, _ := post(t, srv.URL, `{"customer": "`+strings.Repeat("a", 70<<10)+`", "sku": "widget", "quantity": 1}`)
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(body["error"], "64 KiB") {
+		t.Errorf("POST of 70 KiB: %d %v, want 413", status, body)
 	}
 	if o, e := count(t, pool, `SELECT count(*) FROM orders`), count(t, pool, `SELECT count(*) FROM outbox.events`); o != 0 || e != 0 {
 		t.Fatalf("%d orders and %d events after bad requests only, want none", o, e)
