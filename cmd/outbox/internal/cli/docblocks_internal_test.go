@@ -47,11 +47,17 @@ type block struct {
 type docText struct {
 	name   string
 	blocks []block
-	prose  map[int]string
+	prose  []proseLine
+}
+
+// proseLine is a line outside the fenced blocks, with its number.
+type proseLine struct {
+	n    int
+	text string
 }
 
 func parseDoc(name, text string) docText {
-	d := docText{name: name, prose: map[int]string{}}
+	d := docText{name: name}
 	var cur *block
 	for i, line := range strings.Split(text, "\n") {
 		n := i + 1
@@ -65,7 +71,7 @@ func parseDoc(name, text string) docText {
 		case cur != nil:
 			cur.lines = append(cur.lines, line)
 		default:
-			d.prose[n] = line
+			d.prose = append(d.prose, proseLine{n, line})
 		}
 	}
 	return d
@@ -108,6 +114,7 @@ func shellCommands(d docText) ([]commandLine, error) {
 				return nil, fmt.Errorf("%s:%d: %w", d.name, start, err)
 			}
 			for _, seg := range words {
+				seg = withoutRedirections(seg)
 				for len(seg) > 0 && isAssignment(seg[0]) {
 					seg = seg[1:]
 				}
@@ -118,6 +125,26 @@ func shellCommands(d docText) ([]commandLine, error) {
 		}
 	}
 	return out, nil
+}
+
+// redirection is a word that redirects (> file, 2>&1, <in): not the command's argument.
+var redirection = regexp.MustCompile(`^[0-9]*(>>?|<)(&[0-9-])?`)
+
+// withoutRedirections drops the redirections from a simple command's words: the
+// operator and, when it stands alone, the file word after it.
+func withoutRedirections(words []string) []string {
+	var out []string
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if m := redirection.FindString(w); m != "" {
+			if m == w && !strings.Contains(w, "&") {
+				i++ // the target is the next word
+			}
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
@@ -265,8 +292,9 @@ func checkSynopsis(text string) error {
 // synopses returns the `outbox …` code spans of d's prose, split at && || ; and |.
 func synopses(d docText) []commandLine {
 	var out []commandLine
-	for n, line := range d.prose {
-		for _, m := range inlineSpan.FindAllStringSubmatch(line, -1) {
+	for _, pl := range d.prose {
+		n := pl.n
+		for _, m := range inlineSpan.FindAllStringSubmatch(pl.text, -1) {
 			for _, part := range regexp.MustCompile(`&&|\|\||;|\s\|\s`).Split(m[1], -1) {
 				fields := strings.Fields(part)
 				for len(fields) > 0 && isAssignment(fields[0]) {
@@ -321,6 +349,7 @@ func TestDocCommandsParse(t *testing.T) {
 			t.Error(p)
 		}
 	}
+	t.Logf("%d outbox commands and synopses checked", total)
 	if total < 20 {
 		t.Errorf("only %d outbox commands found in the docs: the scanner is broken", total)
 	}
@@ -340,6 +369,7 @@ func TestDocCommandsCheckCatchesDrift(t *testing.T) {
 		"  --relay-batch-size lots", // 6
 		"outbox dead show",          // 7: missing ID
 		"outbox migrate && outbox purge --older-than 24h # retention", // 8: fine
+		"outbox migrate sql --schema billing > 0001.sql 2>&1",         // 9: fine
 		"```",        // 9
 		"```console", // 10
 		"$ outbox tail --from-seq 0 --count 3 | jq .", // 11: fine
@@ -355,9 +385,9 @@ func TestDocCommandsCheckCatchesDrift(t *testing.T) {
 		`drift.md:4: outbox dead lst: unknown command "lst" for "outbox dead"`,
 		"drift.md:5: outbox relay --relay-batch-size lots",
 		"drift.md:7: outbox dead show: accepts 1 arg(s), received 0",
-		"drift.md:13: outbox replay",
-		"drift.md:15: `outbox replay --id ID… [--since 24h] [--yess]`: \"outbox replay\" has no flag --yess",
-		"drift.md:16: `outbox statsu`: unknown subcommand \"statsu\" of \"outbox\"",
+		"drift.md:14: outbox replay",
+		"drift.md:16: `outbox replay --id ID… [--since 24h] [--yess]`: \"outbox replay\" has no flag --yess",
+		"drift.md:17: `outbox statsu`: unknown subcommand \"statsu\" of \"outbox\"",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("want %d problems, got %d:\n%s", len(want), len(got), strings.Join(got, "\n"))
@@ -409,7 +439,7 @@ func TestDocSQLRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	ran := 0
+	ran, skipped := 0, 0
 	for _, f := range docFiles(t) {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -422,6 +452,7 @@ func TestDocSQLRuns(t *testing.T) {
 				continue
 			case "":
 			default:
+				skipped++
 				continue
 			}
 			ran++
@@ -436,6 +467,7 @@ func TestDocSQLRuns(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("%d SQL blocks ran, %d marked not runnable", ran, skipped)
 	if ran == 0 {
 		t.Error("no SQL block of the docs ran: the scanner is broken")
 	}
@@ -443,3 +475,38 @@ func TestDocSQLRuns(t *testing.T) {
 
 // errRollback makes pgx.BeginFunc roll back a block that succeeded.
 var errRollback = fmt.Errorf("roll back")
+
+// TestRunbookHasEveryAlert: docs/operations.md has a runbook section ("### Name") for every
+// alert of docs/alerts.yaml, and no section named like an alert that is not there.
+func TestRunbookHasEveryAlert(t *testing.T) {
+	t.Parallel()
+	rules, err := os.ReadFile(filepath.Join(repoRoot, "docs", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\S+)`).FindAllStringSubmatch(string(rules), -1) {
+		alerts[m[1]] = true
+	}
+	sections := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^### (Outbox\S+)$`).FindAllStringSubmatch(string(ops), -1) {
+		sections[m[1]] = true
+	}
+	if len(alerts) < 8 {
+		t.Fatalf("only %d alerts found in docs/alerts.yaml", len(alerts))
+	}
+	for a := range alerts {
+		if !sections[a] {
+			t.Errorf("docs/operations.md has no runbook section \"### %s\"", a)
+		}
+	}
+	for s := range sections {
+		if !alerts[s] {
+			t.Errorf("docs/operations.md has a runbook section for %s, which docs/alerts.yaml does not define", s)
+		}
+	}
+}
