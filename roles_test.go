@@ -50,7 +50,7 @@ func TestRolesFile(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	db := newRolesDB(t, ctx)
+	db := newRolesDB(ctx, t)
 	admin := pgtest.PoolFor(t, db.admin)
 
 	// The migrator: the migrations, the notify trigger (it owns the table), nothing more.
@@ -68,8 +68,8 @@ func TestRolesFile(t *testing.T) {
 	if err := relay.UninstallNotifyTrigger(ctx, migrator, ""); err != nil {
 		t.Fatalf("uninstall the notify trigger as outbox_migrator: %v", err)
 	}
-	refused(t, ctx, migrator, "the migrator creates a role", `CREATE ROLE outbox_intruder`)
-	db.apply(t, ctx) // after the migrations: the grants on the tables
+	refused(ctx, t, migrator, "the migrator creates a role", `CREATE ROLE outbox_intruder`)
+	db.apply(ctx, t) // after the migrations: the grants on the tables
 	var owner string
 	if err := admin.QueryRow(ctx, `SELECT tableowner FROM pg_tables WHERE schemaname = 'outbox' AND tablename = 'events'`).Scan(&owner); err != nil || owner != "outbox_migrator" {
 		t.Errorf("outbox.events is owned by %q (%v), want outbox_migrator", owner, err)
@@ -82,38 +82,38 @@ func TestRolesFile(t *testing.T) {
 	}
 
 	writer := db.pool(t, "outbox_writer")
-	ids := enqueueAsWriter(t, ctx, writer, admin)
-	refused(t, ctx, writer, "the writer deletes events", `DELETE FROM outbox.events`)
-	refused(t, ctx, writer, "the writer reads payloads", `SELECT payload FROM outbox.events`)
-	refused(t, ctx, writer, "the writer marks an event published", `UPDATE outbox.events SET published_at = now()`)
-	refused(t, ctx, writer, "the writer reads the audit log", `SELECT * FROM outbox.replays`)
+	ids := enqueueAsWriter(ctx, t, writer, admin)
+	refused(ctx, t, writer, "the writer deletes events", `DELETE FROM outbox.events`)
+	refused(ctx, t, writer, "the writer reads payloads", `SELECT payload FROM outbox.events`)
+	refused(ctx, t, writer, "the writer marks an event published", `UPDATE outbox.events SET published_at = now()`)
+	refused(ctx, t, writer, "the writer reads the audit log", `SELECT * FROM outbox.replays`)
 
 	relayPool := db.pool(t, "outbox_relay")
-	msgs := drainAsRelay(t, ctx, relayPool, len(ids))
-	refused(t, ctx, relayPool, "the relay writes the audit log", `INSERT INTO outbox.replays (action, actor, reason, event_ids) VALUES ('replay', 'relay', 'no', '{}')`)
-	refused(t, ctx, relayPool, "the relay reads the inbox", `SELECT * FROM outbox.inbox`)
-	refused(t, ctx, relayPool, "the relay drops a table", `DROP TABLE outbox.leases`)
-	oldestTransactionVisible(t, ctx, db, relayPool)
+	msgs := drainAsRelay(ctx, t, relayPool, len(ids))
+	refused(ctx, t, relayPool, "the relay writes the audit log", `INSERT INTO outbox.replays (action, actor, reason, event_ids) VALUES ('replay', 'relay', 'no', '{}')`)
+	refused(ctx, t, relayPool, "the relay reads the inbox", `SELECT * FROM outbox.inbox`)
+	refused(ctx, t, relayPool, "the relay drops a table", `DROP TABLE outbox.leases`)
+	oldestTransactionVisible(ctx, t, db, relayPool)
 
 	operator := db.pool(t, "outbox_operator")
-	operateAsOperator(t, ctx, operator, admin, m)
-	refused(t, ctx, operator, "the operator rewrites the audit log", `UPDATE outbox.replays SET reason = 'nothing happened'`)
-	refused(t, ctx, operator, "the operator deletes the audit log", `DELETE FROM outbox.replays`)
-	refused(t, ctx, operator, "the operator changes the leases", `UPDATE outbox.leases SET owner = NULL`)
-	refused(t, ctx, operator, "the operator reads the inbox", `SELECT * FROM outbox.inbox`)
+	operateAsOperator(ctx, t, operator, admin, m)
+	refused(ctx, t, operator, "the operator rewrites the audit log", `UPDATE outbox.replays SET reason = 'nothing happened'`)
+	refused(ctx, t, operator, "the operator deletes the audit log", `DELETE FROM outbox.replays`)
+	refused(ctx, t, operator, "the operator changes the leases", `UPDATE outbox.leases SET owner = NULL`)
+	refused(ctx, t, operator, "the operator reads the inbox", `SELECT * FROM outbox.inbox`)
 
 	consumer := db.pool(t, "outbox_consumer")
-	consumeAsConsumer(t, ctx, consumer, msgs)
-	refused(t, ctx, consumer, "the consumer reads the events", `SELECT * FROM outbox.events`)
-	refused(t, ctx, consumer, "the consumer enqueues", `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) VALUES (gen_random_uuid(), 'a', 'b', 'c')`)
+	consumeAsConsumer(ctx, t, consumer, msgs)
+	refused(ctx, t, consumer, "the consumer reads the events", `SELECT * FROM outbox.events`)
+	refused(ctx, t, consumer, "the consumer enqueues", `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) VALUES (gen_random_uuid(), 'a', 'b', 'c')`)
 }
 
 // newRolesDB creates an empty database, applies the roles file (before the migrations,
 // as the file says) and creates a login role per component.
-func newRolesDB(t *testing.T, ctx context.Context) *rolesDB {
+func newRolesDB(ctx context.Context, t *testing.T) *rolesDB {
 	t.Helper()
 	db := &rolesDB{admin: pgtest.ConnString(t, &pgtest.Options{Empty: true}), login: map[string]string{}}
-	db.apply(t, ctx)
+	db.apply(ctx, t)
 	conn, err := pgx.Connect(ctx, db.admin)
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func newRolesDB(t *testing.T, ctx context.Context) *rolesDB {
 }
 
 // apply runs docs/roles.sql as the superuser.
-func (db *rolesDB) apply(t *testing.T, ctx context.Context) {
+func (db *rolesDB) apply(ctx context.Context, t *testing.T) {
 	t.Helper()
 	sql, err := os.ReadFile(rolesFile)
 	if err != nil {
@@ -184,7 +184,7 @@ func (db *rolesDB) pool(t *testing.T, role string) *pgxpool.Pool {
 }
 
 // refused runs sql and wants PostgreSQL's insufficient_privilege.
-func refused(t *testing.T, ctx context.Context, pool *pgxpool.Pool, what, sql string) {
+func refused(ctx context.Context, t *testing.T, pool *pgxpool.Pool, what, sql string) {
 	t.Helper()
 	_, err := pool.Exec(ctx, sql)
 	var pgErr *pgconn.PgError
@@ -196,7 +196,7 @@ func refused(t *testing.T, ctx context.Context, pool *pgxpool.Pool, what, sql st
 // enqueueAsWriter writes events through every enqueue statement (one event, a batch,
 // caller-supplied ids with a duplicate, a raw-SQL write with the aggregate lock) and
 // wakes the relays with the Notifier. It returns the ids written.
-func enqueueAsWriter(t *testing.T, ctx context.Context, pool, admin *pgxpool.Pool) []uuid.UUID {
+func enqueueAsWriter(ctx context.Context, t *testing.T, pool, admin *pgxpool.Pool) []uuid.UUID {
 	t.Helper()
 	notifier, err := outbox.NewNotifier(pool, nil)
 	if err != nil {
@@ -250,7 +250,7 @@ func enqueueAsWriter(t *testing.T, ctx context.Context, pool, admin *pgxpool.Poo
 
 // drainAsRelay runs a relay (ordered: leases and membership; delete of nothing; the
 // LISTEN wake-up) until the sink has n events, then retention in both keeping modes.
-func drainAsRelay(t *testing.T, ctx context.Context, pool *pgxpool.Pool, n int) []outbox.Message {
+func drainAsRelay(ctx context.Context, t *testing.T, pool *pgxpool.Pool, n int) []outbox.Message {
 	t.Helper()
 	sink := &memsink.Sink{}
 	var logs bytes.Buffer // every warning is a failure: a refused lease or membership write is only logged
@@ -307,7 +307,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // oldestTransactionVisible: the daemon's outbox_oldest_transaction_age_seconds reads
 // pg_stat_activity's backend_xmin, which PostgreSQL shows for other roles' sessions.
-func oldestTransactionVisible(t *testing.T, ctx context.Context, db *rolesDB, relayPool *pgxpool.Pool) {
+func oldestTransactionVisible(ctx context.Context, t *testing.T, db *rolesDB, relayPool *pgxpool.Pool) {
 	t.Helper()
 	other, err := pgx.Connect(ctx, db.admin)
 	if err != nil {
@@ -334,7 +334,7 @@ func oldestTransactionVisible(t *testing.T, ctx context.Context, db *rolesDB, re
 // operateAsOperator replays and discards by id (the library's operations, as the
 // outbox command runs them), reads the schema's version, and replays through the
 // admin API.
-func operateAsOperator(t *testing.T, ctx context.Context, pool, admin *pgxpool.Pool, m *outboxmigrate.Migrator) {
+func operateAsOperator(ctx context.Context, t *testing.T, pool, admin *pgxpool.Pool, m *outboxmigrate.Migrator) {
 	t.Helper()
 	// Three dead events of three aggregates (made dead by the superuser: the relay
 	// published everything).
@@ -407,7 +407,7 @@ func operateAsOperator(t *testing.T, ctx context.Context, pool, admin *pgxpool.P
 // consumeAsConsumer processes the relay's messages through inbox.Process (one twice,
 // one version past a gap first, so it parks and is unparked), quarantines one, lists
 // and replays the quarantine, and purges the dedup rows.
-func consumeAsConsumer(t *testing.T, ctx context.Context, pool *pgxpool.Pool, msgs []outbox.Message) {
+func consumeAsConsumer(ctx context.Context, t *testing.T, pool *pgxpool.Pool, msgs []outbox.Message) {
 	t.Helper()
 	c, err := inbox.New(&inbox.Config{Name: "inventory"})
 	if err != nil {
