@@ -535,3 +535,69 @@ func TestRunbookHasEveryAlert(t *testing.T) {
 		}
 	}
 }
+
+// TestDocConfigFilesLoad: every ```yaml block of docs/configuration.md is a configuration
+// file the command loads (every key known, every value valid).
+func TestDocConfigFilesLoad(t *testing.T) {
+	t.Parallel()
+	name := filepath.Join(repoRoot, "docs", "configuration.md")
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, blk := range parseDoc("docs/configuration.md", string(b)).blocks {
+		if blk.lang != "yaml" {
+			continue
+		}
+		n++
+		path := filepath.Join(t.TempDir(), "outbox.yaml")
+		if err := os.WriteFile(path, []byte(strings.Join(blk.lines, "\n")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := defaults()
+		if err := loadFile(&cfg, path); err != nil {
+			t.Errorf("docs/configuration.md:%d: the YAML example does not load: %v", blk.line, err)
+		}
+	}
+	if n == 0 {
+		t.Error("docs/configuration.md has no YAML example")
+	}
+}
+
+// TestDocMakeTargetsExist: every `make TARGET` in a shell block of README.md and
+// docs/*.md names a target of the Makefile.
+func TestDocMakeTargetsExist(t *testing.T) {
+	t.Parallel()
+	mk, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-z][a-z-]*):`).FindAllStringSubmatch(string(mk), -1) {
+		targets[m[1]] = true
+	}
+	for _, f := range docFiles(t) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := parseDoc(strings.TrimPrefix(f, repoRoot+"/"), string(b))
+		for _, blk := range d.blocks {
+			if !shellLangs[blk.lang] {
+				continue
+			}
+			for i, line := range blk.lines {
+				words, err := shellWords(line)
+				if err != nil {
+					continue // shellCommands reports it
+				}
+				for _, seg := range words {
+					if len(seg) > 1 && seg[0] == "make" && !targets[seg[1]] && !strings.Contains(seg[1], "=") {
+						t.Errorf("%s:%d: make %s: no such target in the Makefile", d.name, blk.line+i, seg[1])
+					}
+				}
+			}
+		}
+	}
+}
