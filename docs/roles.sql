@@ -2,7 +2,8 @@
 -- docs/operations.md ("Privileges") explains each grant; TestRolesFile (roles_test.go)
 -- applies this file to a migrated database and runs every component as its role.
 --
--- Run it as a superuser, or a role with CREATEROLE that owns the database:
+-- Run it as a superuser (it creates roles, grants pg_read_all_stats and creates a schema
+-- for another role):
 --
 --   1. once before the first migration (it creates the roles and the schema, owned by
 --      outbox_migrator, and grants nothing on tables that do not exist yet);
