@@ -162,3 +162,25 @@ func TestDashboardForms(t *testing.T) {
 		t.Fatalf("read-only form: %d, want 403", code)
 	}
 }
+
+// TestStatusAfterLeasesReleased: a relay that stopped gave its leases back, which
+// expire at '-infinity' (as do lease rows never taken); the status and the pages that
+// show the partitions still answer, without an expiry for those partitions.
+func TestStatusAfterLeasesReleased(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO outbox.leases (partition, owner, epoch, expires_at)
+		SELECT p, NULL, 1, '-infinity' FROM generate_series(0, 15) AS p`); err != nil {
+		t.Fatal(err)
+	}
+	h := newAdmin(t, pool, nil)
+	var st outboxadmin.Status
+	callJSON(t, h, http.MethodGet, "/api/status", "", nil, http.StatusOK, &st)
+	for _, pc := range st.ByPartition {
+		if pc.Expires != nil || pc.Leased {
+			t.Errorf("partition %d: a released lease shows as leased %v, expiring %v", pc.Partition, pc.Leased, pc.Expires)
+		}
+	}
+	page(t, h, "/")
+	page(t, h, "/partitions")
+}

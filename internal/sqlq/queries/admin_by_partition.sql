@@ -2,6 +2,8 @@
 -- relay partition p * partitions / 4096, as the claims compute it; relay_config's count,
 -- or $1 before any relay started), with the lease's owner, epoch and expiry. Every relay
 -- partition is listed, also an empty one. The counts read the partial indexes' rows only.
+-- A lease row never taken, or released, expires at '-infinity': no expiry (NULL), which
+-- a Go time.Time cannot hold.
 WITH cfg AS (
     SELECT coalesce((SELECT partitions FROM {{schema}}.relay_config), $1::int) AS n
 ), counts AS (
@@ -16,7 +18,8 @@ WITH cfg AS (
     GROUP BY 1
 )
 SELECT g.rp, coalesce(c.pending, 0), coalesce(c.dead, 0),
-       coalesce(l.owner, ''), coalesce(l.epoch, 0), l.expires_at > now(), l.expires_at
+       coalesce(l.owner, ''), coalesce(l.epoch, 0), l.expires_at > now(),
+       CASE WHEN isfinite(l.expires_at) THEN l.expires_at END
 FROM generate_series(0, (SELECT n FROM cfg) - 1) AS g(rp)
 LEFT JOIN counts c ON c.rp = g.rp
 LEFT JOIN {{schema}}.leases l ON l.partition = g.rp
