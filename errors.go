@@ -6,7 +6,15 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/outboxkit/outbox/internal/sqlq"
 )
+
+// ErrNotMigrated is matched (errors.Is) by the error Enqueue, the relay and the inbox
+// return when the schema's tables, columns or functions do not exist: the database was
+// never migrated, or not to this version. The message names the schema and the fix
+// (`outbox migrate`, or outboxmigrate.Migrate).
+var ErrNotMigrated = sqlq.ErrNotMigrated
 
 // ErrInvalidEvent is matched (errors.Is) by every [ValidationError].
 var ErrInvalidEvent = errors.New("invalid event")

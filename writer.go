@@ -33,6 +33,7 @@ type WriterConfig struct {
 
 // Writer enqueues events into the caller's transaction. It is safe for concurrent use.
 type Writer struct {
+	schema     string // named in errors
 	maxPayload int
 	lock       bool
 	stmts      enqueueStatements
@@ -59,6 +60,7 @@ func NewWriter(cfg *WriterConfig) (*Writer, error) {
 		maxPayload = cfg.MaxPayloadBytes
 	}
 	return &Writer{
+		schema:     schema,
 		maxPayload: maxPayload,
 		lock:       !cfg.DisableAggregateLock,
 		stmts:      newEnqueueStatements(quoted),
@@ -138,13 +140,13 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 	stmt, args := w.stmts.bind(tx.encode(valid, w.lock))
 	if !mayConflict {
 		if err := tx.exec(ctx, stmt.plain, args...); err != nil {
-			return insertError(len(events), err)
+			return insertError(w.schema, len(events), err)
 		}
 		return nil
 	}
 	inserted, err := tx.queryStrings(ctx, stmt.arbiter, args...)
 	if err != nil {
-		return insertError(len(events), err)
+		return insertError(w.schema, len(events), err)
 	}
 	if len(inserted) == len(events) {
 		return nil
@@ -188,12 +190,13 @@ func (w *Writer) conflicts(ctx context.Context, tx Tx, ids []uuid.UUID, inserted
 	return cerr
 }
 
-// insertError wraps a failed enqueue statement, saying what a deadlock means.
-func insertError(n int, err error) error {
+// insertError wraps a failed enqueue statement, saying what a deadlock and a schema never
+// migrated mean.
+func insertError(schema string, n int, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
 		return fmt.Errorf("enqueue: insert %d events: %w: another transaction holds the lock of an aggregate this one is writing and waits for one this one holds — Enqueue calls of one transaction wrote aggregates in an order another transaction reversed; the transaction is aborted: roll it back and retry it, and write its events in one Enqueue call or its aggregates in a consistent order: %w",
 			n, ErrAggregateLockDeadlock, err)
 	}
-	return fmt.Errorf("enqueue: insert %d events: %w", n, err)
+	return fmt.Errorf("enqueue: insert %d events: %w", n, sqlq.NotMigrated(schema, err))
 }

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
 // runFunc runs the caller's handler on one message, in the open transaction.
@@ -44,7 +45,7 @@ func (c *Consumer) process(ctx context.Context, db conn, msg outbox.Message, run
 	if replayed == nil {
 		n, err := db.exec(ctx, c.q.record, c.name, msg.ID, msg.AggregateType, msg.AggregateID, msg.AggregateVersion, msg.EventType)
 		if err != nil {
-			return Result{}, fmt.Errorf("record the event: %w", err)
+			return Result{}, fmt.Errorf("record the event: %w", sqlq.NotMigrated(c.schema, err))
 		}
 		if n == 0 {
 			st.duplicates++

@@ -181,7 +181,7 @@ func (r *Relay) checkConfig(ctx context.Context) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("relay: read relay_config: %w", err)
+		return fmt.Errorf("relay: read relay_config: %w", sqlq.NotMigrated(r.cfg.Schema, err))
 	}
 	if Mode(mode) != r.cfg.Mode || partitions != r.cfg.Partitions {
 		return fmt.Errorf("relay: %w: this relay has mode=%s partitions=%d, relay_config has mode=%s partitions=%d; mixing them would break order — change relay_config only when every relay is stopped",
