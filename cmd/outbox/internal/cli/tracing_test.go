@@ -153,8 +153,10 @@ func TestRelayWithoutTracing(t *testing.T) {
 func TestRelayRefusesUnknownExporter(t *testing.T) {
 	t.Parallel()
 	dsn, _ := database(t)
-	r := run(t, []string{"OUTBOX_DATABASE_URL=" + dsn, "OUTBOX_SINK_TYPE=jsonl", "OUTBOX_SINK_JSONL_PATH=" + filepath.Join(t.TempDir(), "x"),
-		"OTEL_TRACES_EXPORTER=zipkin"}, "relay")
+	r := run(t, []string{
+		"OUTBOX_DATABASE_URL=" + dsn, "OUTBOX_SINK_TYPE=jsonl", "OUTBOX_SINK_JSONL_PATH=" + filepath.Join(t.TempDir(), "x"),
+		"OTEL_TRACES_EXPORTER=zipkin",
+	}, "relay")
 	if r.code != 2 || !strings.Contains(r.stderr, "OTEL_TRACES_EXPORTER") {
 		t.Errorf("want exit 2 naming OTEL_TRACES_EXPORTER:\n%s", r)
 	}
