@@ -3,6 +3,7 @@ package outboxotel
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -20,8 +21,6 @@ const instrumentationName = "github.com/outboxkit/outbox/outboxotel"
 const (
 	// AttrEventType is the event's type (outbox.Event.EventType).
 	AttrEventType = attribute.Key("outbox.event.type")
-	// AttrEventSeq is the event's write order in the outbox table.
-	AttrEventSeq = attribute.Key("outbox.event.seq")
 	// AttrAggregateType is the event's aggregate type.
 	AttrAggregateType = attribute.Key("outbox.aggregate.type")
 	// AttrAggregateID is the event's aggregate id.
@@ -66,10 +65,10 @@ func setError(span trace.Span, err error) {
 	span.SetStatus(codes.Error, err.Error())
 }
 
-// messageAttributes are the attributes every span of msg carries: semantic
-// conventions first, then the outbox's own.
-func messageAttributes(system, destination string, msg *outbox.Message, extra ...attribute.KeyValue) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 12+len(extra))
+// appendMessageAttributes appends to attrs the attributes every span of msg carries:
+// semantic conventions first, then the outbox's own. (The SDK copies what SetAttributes
+// is given, so a caller reuses one buffer for all the messages of a call.)
+func appendMessageAttributes(attrs []attribute.KeyValue, system, destination string, msg *outbox.Message) []attribute.KeyValue {
 	if system != "" {
 		attrs = append(attrs, semconv.MessagingSystemKey.String(system))
 	}
@@ -78,21 +77,17 @@ func messageAttributes(system, destination string, msg *outbox.Message, extra ..
 	}
 	attrs = append(attrs,
 		semconv.MessagingMessageID(msg.ID.String()),
-		semconv.MessagingMessageBodySize(len(msg.Payload)),
 		AttrEventType.String(msg.EventType),
 		AttrAggregateType.String(msg.AggregateType),
 		AttrAggregateID.String(msg.AggregateID),
 	)
-	if msg.Seq != 0 {
-		attrs = append(attrs, AttrEventSeq.Int64(msg.Seq))
-	}
 	if msg.AggregateVersion != 0 {
 		attrs = append(attrs, AttrAggregateVersion.Int64(msg.AggregateVersion))
 	}
 	if msg.Attempt != 0 {
 		attrs = append(attrs, AttrAttempt.Int(msg.Attempt))
 	}
-	return append(attrs, extra...)
+	return attrs
 }
 
 // spanName is "<operation> <destination>", or "<operation> <event type>" when the
@@ -107,21 +102,33 @@ func spanName(operation, destination string, msg *outbox.Message) string {
 	return operation
 }
 
+// The start options without a link, made once (the SDK does not keep the slice).
+var (
+	kindOptions = map[trace.SpanKind][]trace.SpanStartOption{
+		trace.SpanKindProducer: {trace.WithSpanKind(trace.SpanKindProducer)},
+		trace.SpanKindConsumer: {trace.WithSpanKind(trace.SpanKindConsumer)},
+	}
+	rootOptions = map[trace.SpanKind][]trace.SpanStartOption{
+		trace.SpanKindProducer: {trace.WithSpanKind(trace.SpanKindProducer), trace.WithNewRoot()},
+		trace.SpanKindConsumer: {trace.WithSpanKind(trace.SpanKindConsumer), trace.WithNewRoot()},
+	}
+)
+
 // startOptions are the options of a span whose parent is the message's span context
 // (parent) rather than the caller's (in ctx): the caller's span, when there is one and
 // it is not the parent, becomes a link. A message without a valid traceparent starts a
 // new trace when newRoot is set, and is a child of the caller's span otherwise.
 func startOptions(ctx context.Context, kind trace.SpanKind, parent trace.SpanContext, newRoot bool) (context.Context, []trace.SpanStartOption) {
-	opts := []trace.SpanStartOption{trace.WithSpanKind(kind)}
 	caller := trace.SpanContextFromContext(ctx)
+	if !parent.IsValid() && !newRoot {
+		return ctx, kindOptions[kind]
+	}
+	opts := kindOptions[kind]
 	if !parent.IsValid() {
-		if !newRoot {
-			return ctx, opts
-		}
-		opts = append(opts, trace.WithNewRoot())
+		opts = rootOptions[kind]
 	}
 	if caller.IsValid() && !caller.Equal(parent) {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: caller}))
+		opts = append(slices.Clip(opts), trace.WithLinks(trace.Link{SpanContext: caller}))
 	}
 	if !parent.IsValid() {
 		return ctx, opts

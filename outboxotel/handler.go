@@ -62,11 +62,12 @@ func (t consumerTracer) run(ctx context.Context, msg *outbox.Message, fn func(ct
 	pctx, opts := startOptions(ctx, trace.SpanKindConsumer, spanContextOf(msg.TraceParent), false)
 	sctx, span := t.tracer.Start(pctx, spanName("process", dest, msg), opts...)
 	if span.IsRecording() {
-		extra := []attribute.KeyValue{semconv.MessagingOperationName("process"), semconv.MessagingOperationTypeProcess}
+		attrs := make([]attribute.KeyValue, 0, 11)
+		attrs = append(attrs, semconv.MessagingOperationName("process"), semconv.MessagingOperationTypeProcess)
 		if t.consumer != "" {
-			extra = append(extra, semconv.MessagingConsumerGroupName(t.consumer))
+			attrs = append(attrs, semconv.MessagingConsumerGroupName(t.consumer))
 		}
-		span.SetAttributes(messageAttributes(t.system, dest, msg, extra...)...)
+		span.SetAttributes(appendMessageAttributes(attrs, t.system, dest, msg)...)
 	}
 	returned := false
 	defer func() {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -58,6 +59,8 @@ func NewSink(next outbox.Sink, cfg *Config) outbox.Sink {
 	}
 }
 
+var publishOperation = semconv.MessagingOperationName("publish")
+
 type tracingSink struct {
 	next        outbox.Sink
 	tracer      trace.Tracer
@@ -69,22 +72,33 @@ func (s *tracingSink) Publish(ctx context.Context, msgs []outbox.Message) []erro
 	if len(msgs) == 0 {
 		return s.next.Publish(ctx, msgs)
 	}
-	spans := make([]trace.Span, len(msgs))
-	var out []outbox.Message // a copy of msgs, made at the first traceparent that changes
+	var spans []trace.Span
+	var attrs []attribute.KeyValue // one buffer for every span of the call
+	var out []outbox.Message       // a copy of msgs, made at the first traceparent that changes
 	for i := range msgs {
 		m := &msgs[i]
 		parent := spanContextOf(m.TraceParent)
 		dest := s.destinationOf(m)
 		pctx, opts := startOptions(ctx, trace.SpanKindProducer, parent, true)
 		_, span := s.tracer.Start(pctx, spanName("publish", dest, m), opts...)
+		if i == 0 && isNoop(span, parent) {
+			// A no-op tracer (no provider installed): it hands back the parent's span
+			// context and records nothing, for every message alike. Pass msgs on as
+			// they are.
+			return s.next.Publish(ctx, msgs)
+		}
+		if spans == nil {
+			spans = make([]trace.Span, len(msgs))
+		}
 		spans[i] = span
 		if span.IsRecording() {
-			span.SetAttributes(messageAttributes(s.system, dest, m,
-				semconv.MessagingOperationName("publish"), semconv.MessagingOperationTypeSend)...)
+			attrs = append(attrs[:0], publishOperation, semconv.MessagingOperationTypeSend)
+			attrs = appendMessageAttributes(attrs, s.system, dest, m)
+			span.SetAttributes(attrs...)
 		}
 		sc := span.SpanContext()
 		if !sc.IsValid() || sc.Equal(parent) {
-			continue // a no-op tracer hands back the parent: nothing to pass on
+			continue
 		}
 		if tp := formatSpanContext(sc); tp != m.TraceParent {
 			if out == nil {
@@ -105,6 +119,17 @@ func (s *tracingSink) Publish(ctx context.Context, msgs []outbox.Message) []erro
 		span.End()
 	}
 	return errs
+}
+
+// isNoop reports whether span, started with parent as its parent, is a no-op tracer's:
+// not recording, with the parent's span context (an invalid one for a root). An SDK
+// span that is not sampled has a span id of its own, so it does not pass for one.
+func isNoop(span trace.Span, parent trace.SpanContext) bool {
+	if span.IsRecording() {
+		return false
+	}
+	sc := span.SpanContext()
+	return !sc.IsValid() || sc.Equal(parent)
 }
 
 func (s *tracingSink) destinationOf(m *outbox.Message) string {

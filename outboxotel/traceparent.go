@@ -2,38 +2,16 @@ package outboxotel
 
 import (
 	"context"
+	"encoding/hex"
 
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox"
 )
 
-// traceContext is the W3C Trace Context propagator: the traceparent column and header
-// are W3C traceparents whatever propagator the application installed globally.
-var traceContext propagation.TraceContext
-
-// traceparentKey is the W3C header name, the one key the carrier keeps.
-const traceparentKey = "traceparent"
-
-// carrier is a TextMapCarrier holding one traceparent, without the map of
-// propagation.MapCarrier (one allocation less per message).
-type carrier struct{ traceparent string }
-
-func (c *carrier) Get(key string) string {
-	if key == traceparentKey {
-		return c.traceparent
-	}
-	return ""
-}
-
-func (c *carrier) Set(key, value string) {
-	if key == traceparentKey {
-		c.traceparent = value
-	}
-}
-
-func (c *carrier) Keys() []string { return []string{traceparentKey} }
+// traceparentLen is the length of a version-00 W3C traceparent:
+// 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>.
+const traceparentLen = 55
 
 // TraceParent returns the W3C traceparent of the span in ctx, for
 // [outbox.Event.TraceParent]; "" when ctx carries no valid span context.
@@ -45,11 +23,18 @@ func TraceParent(ctx context.Context) string {
 	return formatSpanContext(sc)
 }
 
-// formatSpanContext returns the traceparent of a valid sc.
+// formatSpanContext returns the version-00 traceparent of a valid sc (the trace state
+// is not carried: the outbox stores the traceparent alone).
 func formatSpanContext(sc trace.SpanContext) string {
-	var c carrier
-	traceContext.Inject(trace.ContextWithSpanContext(context.Background(), sc), &c)
-	return c.traceparent
+	var buf [traceparentLen]byte
+	tid, sid := sc.TraceID(), sc.SpanID()
+	buf[0], buf[1], buf[2] = '0', '0', '-'
+	hex.Encode(buf[3:35], tid[:])
+	buf[35] = '-'
+	hex.Encode(buf[36:52], sid[:])
+	buf[52] = '-'
+	hex.Encode(buf[53:55], []byte{byte(sc.TraceFlags() & trace.FlagsSampled)})
+	return string(buf[:])
 }
 
 // Inject sets ev.TraceParent to the traceparent of the span in ctx, when there is one,
@@ -60,14 +45,54 @@ func Inject(ctx context.Context, ev *outbox.Event) {
 	}
 }
 
-// spanContextOf parses a traceparent; the zero (invalid) SpanContext when tp is empty
-// or malformed. A parsed span context is remote.
+// spanContextOf parses a W3C traceparent as the Trace Context specification reads it
+// (a version other than 00 may add fields after a dash; ids are lowercase hex, not all
+// zero): a remote SpanContext, or the zero (invalid) one when tp is empty or malformed.
+// It does not allocate.
 func spanContextOf(tp string) trace.SpanContext {
-	if tp == "" {
+	if len(tp) < traceparentLen || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
 		return trace.SpanContext{}
 	}
-	c := carrier{traceparent: tp}
-	return trace.SpanContextFromContext(traceContext.Extract(context.Background(), &c))
+	var version [1]byte
+	if !decodeLower(version[:], tp[0:2]) || version[0] == 0xff ||
+		(version[0] == 0 && len(tp) != traceparentLen) || (len(tp) > traceparentLen && tp[traceparentLen] != '-') {
+		return trace.SpanContext{}
+	}
+	var cfg trace.SpanContextConfig
+	var flags [1]byte
+	if !decodeLower(cfg.TraceID[:], tp[3:35]) || !decodeLower(cfg.SpanID[:], tp[36:52]) || !decodeLower(flags[:], tp[53:55]) {
+		return trace.SpanContext{}
+	}
+	cfg.TraceFlags = trace.TraceFlags(flags[0]) & trace.FlagsSampled
+	cfg.Remote = true
+	sc := trace.NewSpanContext(cfg)
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
+}
+
+// decodeLower decodes lowercase hex s into dst (len(s) == 2*len(dst)).
+func decodeLower(dst []byte, s string) bool {
+	for i := range dst {
+		hi, ok1 := nibble(s[2*i])
+		lo, ok2 := nibble(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func nibble(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // ContextFromMessage returns ctx carrying the span context of msg.TraceParent as a
