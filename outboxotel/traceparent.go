@@ -33,7 +33,7 @@ func formatSpanContext(sc trace.SpanContext) string {
 	buf[35] = '-'
 	hex.Encode(buf[36:52], sid[:])
 	buf[52] = '-'
-	hex.Encode(buf[53:55], []byte{byte(sc.TraceFlags() & trace.FlagsSampled)})
+	hex.Encode(buf[53:55], []byte{byte(sc.TraceFlags())})
 	return string(buf[:])
 }
 
@@ -63,7 +63,7 @@ func spanContextOf(tp string) trace.SpanContext {
 	if !decodeLower(cfg.TraceID[:], tp[3:35]) || !decodeLower(cfg.SpanID[:], tp[36:52]) || !decodeLower(flags[:], tp[53:55]) {
 		return trace.SpanContext{}
 	}
-	cfg.TraceFlags = trace.TraceFlags(flags[0]) & trace.FlagsSampled
+	cfg.TraceFlags = trace.TraceFlags(flags[0])
 	cfg.Remote = true
 	sc := trace.NewSpanContext(cfg)
 	if !sc.IsValid() {
