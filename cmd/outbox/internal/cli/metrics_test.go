@@ -14,6 +14,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/outboxkit/outbox/cmd/outbox/internal/cli"
 	"github.com/outboxkit/outbox/sink/sinktest"
@@ -92,7 +93,7 @@ func (p *inProcess) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
-	var parser expfmt.TextParser
+	parser := expfmt.NewTextParser(model.LegacyValidation) // the names Prometheus has always accepted
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("/metrics does not parse: %v\n%s", err, body)

@@ -76,6 +76,12 @@ func (a *app) runRelay(ctx context.Context) error {
 			a.log.Warn("close sink", slog.Any("error", err))
 		}
 	}()
+	tp, err := a.tracerProvider(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.shutdownTracing(ctx, tp) // before the sink closes: its spans are flushed first
+	sink = a.traceSink(sink, tp)
 	pool, err := a.openPool(ctx)
 	if err != nil {
 		return err

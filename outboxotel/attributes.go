@@ -1,0 +1,137 @@
+package outboxotel
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxkit/outbox"
+)
+
+// instrumentationName names the tracer of this module's spans.
+const instrumentationName = "github.com/outboxkit/outbox/outboxotel"
+
+// The outbox's own span attributes. Spans carry an event's identity and routing, never
+// its payload or headers.
+const (
+	// AttrEventType is the event's type (outbox.Event.EventType).
+	AttrEventType = attribute.Key("outbox.event.type")
+	// AttrAggregateType is the event's aggregate type.
+	AttrAggregateType = attribute.Key("outbox.aggregate.type")
+	// AttrAggregateID is the event's aggregate id.
+	AttrAggregateID = attribute.Key("outbox.aggregate.id")
+	// AttrAggregateVersion is the event's aggregate version, when it has one.
+	AttrAggregateVersion = attribute.Key("outbox.aggregate.version")
+	// AttrAttempt is the relay's publish attempt of the event (1 for the first).
+	AttrAttempt = attribute.Key("outbox.attempt")
+)
+
+// The values of error.type on a failed publish span.
+const (
+	ErrorTypeNotSent     = "not_sent"    // outbox.ErrNotSent: an earlier message of the aggregate failed
+	ErrorTypePermanent   = "permanent"   // outbox.Permanent: the event goes dead
+	ErrorTypeUnavailable = "unavailable" // outbox.Unavailable: the sink is down
+	ErrorTypeRetryAfter  = "retry_after" // outbox.RetryAfter: the broker asked for a pause
+	ErrorTypeCanceled    = "canceled"    // the call's context ended
+	ErrorTypeTransient   = "transient"   // any other error: retried after a backoff
+)
+
+// errorType classifies err as the relay does (the outbox's error marks).
+func errorType(err error) string {
+	switch {
+	case errors.Is(err, outbox.ErrNotSent):
+		return ErrorTypeNotSent
+	case outbox.IsPermanent(err):
+		return ErrorTypePermanent
+	case outbox.IsUnavailable(err):
+		return ErrorTypeUnavailable
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return ErrorTypeCanceled
+	}
+	if _, ok := outbox.RetryAfterOf(err); ok {
+		return ErrorTypeRetryAfter
+	}
+	return ErrorTypeTransient
+}
+
+// setError marks span as failed with err.
+func setError(span trace.Span, err error) {
+	span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err)))
+	span.SetStatus(codes.Error, err.Error())
+}
+
+// appendMessageAttributes appends to attrs the attributes every span of msg carries:
+// semantic conventions first, then the outbox's own. (The SDK copies what SetAttributes
+// is given, so a caller reuses one buffer for all the messages of a call.)
+func appendMessageAttributes(attrs []attribute.KeyValue, system, destination string, msg *outbox.Message) []attribute.KeyValue {
+	if system != "" {
+		attrs = append(attrs, semconv.MessagingSystemKey.String(system))
+	}
+	if destination != "" {
+		attrs = append(attrs, semconv.MessagingDestinationName(destination))
+	}
+	attrs = append(attrs,
+		semconv.MessagingMessageID(msg.ID.String()),
+		AttrEventType.String(msg.EventType),
+		AttrAggregateType.String(msg.AggregateType),
+		AttrAggregateID.String(msg.AggregateID),
+	)
+	if msg.AggregateVersion != 0 {
+		attrs = append(attrs, AttrAggregateVersion.Int64(msg.AggregateVersion))
+	}
+	if msg.Attempt != 0 {
+		attrs = append(attrs, AttrAttempt.Int(msg.Attempt))
+	}
+	return attrs
+}
+
+// spanName is "<operation> <destination>", or "<operation> <event type>" when the
+// destination is not known (both are of low cardinality).
+func spanName(operation, destination string, msg *outbox.Message) string {
+	if destination != "" {
+		return operation + " " + destination
+	}
+	if msg.EventType != "" {
+		return operation + " " + msg.EventType
+	}
+	return operation
+}
+
+// The start options without a link, made once (the SDK does not keep the slice).
+var (
+	kindOptions = map[trace.SpanKind][]trace.SpanStartOption{
+		trace.SpanKindProducer: {trace.WithSpanKind(trace.SpanKindProducer)},
+		trace.SpanKindConsumer: {trace.WithSpanKind(trace.SpanKindConsumer)},
+	}
+	rootOptions = map[trace.SpanKind][]trace.SpanStartOption{
+		trace.SpanKindProducer: {trace.WithSpanKind(trace.SpanKindProducer), trace.WithNewRoot()},
+		trace.SpanKindConsumer: {trace.WithSpanKind(trace.SpanKindConsumer), trace.WithNewRoot()},
+	}
+)
+
+// startOptions are the options of a span whose parent is the message's span context
+// (parent) rather than the caller's (in ctx): the caller's span, when there is one and
+// it is not the parent, becomes a link. A message without a valid traceparent starts a
+// new trace when newRoot is set, and is a child of the caller's span otherwise.
+func startOptions(ctx context.Context, kind trace.SpanKind, parent trace.SpanContext, newRoot bool) (context.Context, []trace.SpanStartOption) {
+	caller := trace.SpanContextFromContext(ctx)
+	if !parent.IsValid() && !newRoot {
+		return ctx, kindOptions[kind]
+	}
+	opts := kindOptions[kind]
+	if !parent.IsValid() {
+		opts = rootOptions[kind]
+	}
+	if caller.IsValid() && !caller.Equal(parent) {
+		opts = append(slices.Clip(opts), trace.WithLinks(trace.Link{SpanContext: caller}))
+	}
+	if !parent.IsValid() {
+		return ctx, opts
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, parent), opts
+}
