@@ -39,7 +39,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			if err == nil && !ready {
 				r.batches.breaker.inconclusive()
 				woken = wait(ctx, r.idleWait(), r.wake.of(worker))
-				probe = !woken
+				probe = r.probeAfter(woken)
 				continue
 			}
 		}
@@ -62,19 +62,27 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		case res.claimed == 0:
 			r.batches.breaker.inconclusive()
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
-			probe = !woken
+			probe = r.probeAfter(woken)
 		case !res.full && r.listener.isListening():
 			// The claim took what there was: claim again when told of more (a wake-up
 			// that came during the batch ends the wait at once), not straight away — an
 			// empty claim is a write transaction too.
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
-			probe = !woken
+			probe = r.probeAfter(woken)
 		default:
 			probe = false
 		}
 	}
 	return nil
 }
+
+// probeAfter reports whether a worker whose idle wait ended (woken: by a wake-up) asks
+// with the cheap probe before it claims. A shared wake-up reaches one worker, which claims
+// at once. An ordered wake-up reaches every worker (wakeups), and most of them have
+// nothing new in their share: they probe first, a read, so that a trickle of events does
+// not cost a write transaction per worker per event (1.91 claims per event at 500
+// events/s, against 0.93 with one worker woken).
+func (r *Relay) probeAfter(woken bool) bool { return !woken || r.wake.own != nil }
 
 // activeWorkers is how many of the relay's workers run batches now.
 func (r *Relay) activeWorkers() int { return r.workers.active(int(r.leases.members.Load())) }
