@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
@@ -102,17 +104,7 @@ func TestOrderedWakeUpReachesEveryWorker(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	sink := &memsink.Sink{}
-	cfg := slowPollConfig()
-	cfg.Mode = relay.Ordered
-	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
-	cfg.Wakeup = "" // the default: listen
-	r := newRelay(t, pool, sink, cfg)
-	if got := r.Stats().Workers; got != 2 {
-		t.Fatalf("Workers = %d, want the ordered default 2", got)
-	}
-	start(t, r)
-	waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
-	n := newNotifier(t, pool)
+	_, n := startWokenOnly(t, pool, sink)
 	for i := range 12 { // aggregates hash to partitions of both workers
 		id := fmt.Sprintf("woken-%d", i)
 		enqueueOne(t, pool, n, id)
@@ -128,14 +120,7 @@ func TestOrderedTrickleClaimsOncePerWakeUp(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	sink := &memsink.Sink{}
-	cfg := slowPollConfig()
-	cfg.Mode = relay.Ordered
-	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
-	cfg.Wakeup = "" // the default: listen
-	r := newRelay(t, pool, sink, cfg)
-	start(t, r)
-	waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
-	n := newNotifier(t, pool)
+	r, n := startWokenOnly(t, pool, sink)
 	enqueueOne(t, pool, n, "first")
 	waitFor(t, sink, wakeDeadline, "first", delivered("first"))
 	time.Sleep(100 * time.Millisecond) // the start's and the first event's claims are done
@@ -150,4 +135,21 @@ func TestOrderedTrickleClaimsOncePerWakeUp(t *testing.T) {
 	if claims := r.Stats().Claims - before; claims > events*3/2 {
 		t.Fatalf("%d claim transactions for %d events delivered one at a time, want at most %d", claims, events, events*3/2)
 	}
+}
+
+// startWokenOnly starts an ordered relay of the default two workers that listens for
+// wake-ups and polls only once an hour, and returns it with a Notifier on pool.
+func startWokenOnly(t *testing.T, pool *pgxpool.Pool, sink outbox.Sink) (*relay.Relay, *outbox.Notifier) {
+	t.Helper()
+	cfg := slowPollConfig()
+	cfg.Mode = relay.Ordered
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	cfg.Wakeup = "" // the default: listen
+	r := newRelay(t, pool, sink, cfg)
+	if got := r.Stats().Workers; got != 2 {
+		t.Fatalf("Workers = %d, want the ordered default 2", got)
+	}
+	start(t, r)
+	waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
+	return r, newNotifier(t, pool)
 }
