@@ -134,8 +134,9 @@ func goawsRevealInFlight(name string) int {
 // goaws, through the standard AWS configuration with the region, the endpoint override
 // and static keys of sink.sqs.*: each event one message, its id the id attribute and
 // the deduplication id, its aggregate the message group, its payload the body; a
-// consumer's ReceiveMessage reads them back with their attributes. The static secret
-// key, like the database password, appears in no output.
+// consumer's ReceiveMessage reads them back with their attributes. Each publish span
+// says messaging.system aws_sqs. The static secret key, like the database password,
+// appears in no output.
 func TestRelayToSQS(t *testing.T) {
 	t.Parallel()
 	endpoint := goaws(t)
@@ -174,12 +175,15 @@ func TestRelayToSQS(t *testing.T) {
 		"OUTBOX_SINK_SQS_SECRET_ACCESS_KEY=" + sqsCanary, "OUTBOX_SINK_SQS_UNBATCHED=true",
 		"OUTBOX_HTTP_LISTEN=127.0.0.1:0", "OUTBOX_SINK_JSONL_PATH=" + filepath.Join(t.TempDir(), "unused"),
 	}
-	p := startInProcess(t, env)
+	p := startInProcess(t, append(env, "OTEL_TRACES_EXPORTER=console"))
 	sinktest.WaitFor(t, 30*time.Second, "every event marked published", func() bool {
 		return scalar[int64](t, pool, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`) == 0
 	})
 	p.stop(t)
 	noSecret(t, p.stdout.String()+p.stderr.String(), sqsCanary)
+	if n := strings.Count(p.stdout.String(), `"Key":"messaging.system","Value":{"Type":"STRING","Value":"aws_sqs"}`); n != 30 {
+		t.Errorf("%d publish spans with messaging.system aws_sqs on stdout, want 30", n)
+	}
 
 	stored := goawsStored(t, queue)
 	if len(stored) != 30 {
