@@ -18,6 +18,7 @@ import (
 	"github.com/outboxkit/outbox/sink/kafkasink"
 	"github.com/outboxkit/outbox/sink/natssink"
 	"github.com/outboxkit/outbox/sink/redissink"
+	"github.com/outboxkit/outbox/sink/sqssink"
 )
 
 // Config is everything the outbox command can be configured with. Each field is set
@@ -52,7 +53,7 @@ type Config struct {
 
 // SinkConfig configures the sink of the daemon.
 type SinkConfig struct {
-	// Type is jsonl or http.
+	// Type is jsonl, http, nats, kafka, redis, amqp or sqs.
 	Type string
 	// JSONLPath is the file the jsonl sink appends to; "-" is stdout.
 	JSONLPath string
@@ -66,6 +67,19 @@ type SinkConfig struct {
 	Redis RedisSinkConfig
 	// AMQP configures the RabbitMQ sink.
 	AMQP AMQPSinkConfig
+	// SQS configures the Amazon SQS sink.
+	SQS SQSSinkConfig
+}
+
+// SQSSinkConfig is the subset of sqssink.Config (and the AWS client) the daemon
+// exposes. The credentials are the standard AWS chain's unless AccessKeyID and
+// SecretAccessKey are set.
+type SQSSinkConfig struct {
+	Queue, Region, Endpoint                    string
+	AccessKeyID, SecretAccessKey, SessionToken string
+	MaxMessageBytes                            int
+	RequestTimeout                             time.Duration
+	Unbatched                                  bool
 }
 
 // KafkaSinkConfig is the subset of kafkasink.Config (and the client) the daemon exposes.
@@ -209,6 +223,18 @@ func splitList(v string) []string {
 
 func (o option) in(s scope) option { o.scope = s; return o }
 
+// checked returns o refusing a value check refuses (before o sets it).
+func checked(o option, check func(string) error) option {
+	set := o.set
+	o.set = func(c *Config, v string) error {
+		if err := check(v); err != nil {
+			return err
+		}
+		return set(c, v)
+	}
+	return o
+}
+
 func (o option) hidden() option { o.secret = true; return o }
 
 // options lists every configuration key, in the order docs/configuration.md lists them.
@@ -282,7 +308,8 @@ var options = []option{
 	integer("retention.batch_size", "seq range one purge statement covers", relay.DefaultRetentionBatchSize, 1, 100000,
 		func(c *Config) *int { return &c.Relay.Retention.BatchSize }).in(scopeRelay),
 
-	str("sink.type", "jsonl, http, nats, kafka, redis or amqp", "jsonl", func(c *Config) *string { return &c.Sink.Type }, "jsonl", "http", "nats", "kafka", "redis", "amqp").in(scopeRelay),
+	str("sink.type", "jsonl, http, nats, kafka, redis, amqp or sqs", "jsonl", func(c *Config) *string { return &c.Sink.Type },
+		"jsonl", "http", "nats", "kafka", "redis", "amqp", "sqs").in(scopeRelay),
 	str("sink.jsonl.path", `file the jsonl sink appends to; "-" is stdout`, "-",
 		func(c *Config) *string { return &c.Sink.JSONLPath }).in(scopeRelay),
 	str("sink.http.url", "URL template of the webhook sink", "", func(c *Config) *string { return &c.Sink.HTTP.URL }).in(scopeRelay),
@@ -351,6 +378,24 @@ var options = []option{
 		func(c *Config) *string { return &c.Sink.AMQP.Exchange }).in(scopeRelay),
 	str("sink.amqp.routing_key", "routing key template over the event", amqpsink.DefaultRoutingKey,
 		func(c *Config) *string { return &c.Sink.AMQP.RoutingKey }).in(scopeRelay),
+	checked(str("sink.sqs.queue", `queue name or URL template over the event (it must exist); a name ending in ".fifo" is a FIFO queue: message group the aggregate, deduplication id the event id`, "",
+		func(c *Config) *string { return &c.Sink.SQS.Queue }), validQueue).in(scopeRelay),
+	str("sink.sqs.region", "AWS region; default: the AWS configuration's (AWS_REGION, the shared config file)", "",
+		func(c *Config) *string { return &c.Sink.SQS.Region }).in(scopeRelay),
+	checked(str("sink.sqs.endpoint", "endpoint URL in place of AWS's, for LocalStack or goaws, such as http://127.0.0.1:4566", "",
+		func(c *Config) *string { return &c.Sink.SQS.Endpoint }), validEndpoint).in(scopeRelay),
+	str("sink.sqs.access_key_id", "static access key id (with sink.sqs.secret_access_key); default: the standard AWS credential chain", "",
+		func(c *Config) *string { return &c.Sink.SQS.AccessKeyID }).in(scopeRelay),
+	str("sink.sqs.secret_access_key", "static secret access key (with sink.sqs.access_key_id); never printed", "",
+		func(c *Config) *string { return &c.Sink.SQS.SecretAccessKey }).in(scopeRelay).hidden(),
+	str("sink.sqs.session_token", "session token of temporary static keys; never printed", "",
+		func(c *Config) *string { return &c.Sink.SQS.SessionToken }).in(scopeRelay).hidden(),
+	integer("sink.sqs.max_message_bytes", "largest message sent (body and attributes, as SQS counts); set it to the queue's MaximumMessageSize when larger", sqssink.DefaultMaxMessageBytes, 1024, 1<<20,
+		func(c *Config) *int { return &c.Sink.SQS.MaxMessageBytes }).in(scopeRelay),
+	duration("sink.sqs.request_timeout", "bound of one SQS call, the client's retries included", 10*time.Second,
+		func(c *Config) *time.Duration { return &c.Sink.SQS.RequestTimeout }).in(scopeRelay),
+	boolean("sink.sqs.unbatched", "one SendMessage call per event instead of SendMessageBatch, for a service without a usable batch call (goaws)", false,
+		func(c *Config) *bool { return &c.Sink.SQS.Unbatched }).in(scopeRelay),
 	str("http.listen", `address of /metrics, /healthz and /readyz; "" turns the listener off`, "127.0.0.1:9464",
 		func(c *Config) *string { return &c.HTTPListen }).in(scopeRelay),
 	duration("health.stall_after", "/readyz fails when a backlog has made no progress for this long", time.Minute,
@@ -530,8 +575,13 @@ func (c *Config) secrets() []string {
 			out = append(out, pw)
 		}
 	}
-	if c.Sink.Kafka.SASLPassword != "" {
-		out = append(out, c.Sink.Kafka.SASLPassword)
+	for _, s := range []string{c.Sink.Kafka.SASLPassword, c.Sink.SQS.SecretAccessKey, c.Sink.SQS.SessionToken} {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	if pw := dsnPassword(c.Sink.SQS.Endpoint); pw != "" {
+		out = append(out, pw)
 	}
 	for u := range strings.SplitSeq(c.Sink.NATS.URL, ",") {
 		if pw := dsnPassword(strings.TrimSpace(u)); pw != "" {

@@ -15,7 +15,11 @@ import (
 	"github.com/outboxkit/outbox/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain allows the goroutine of the goaws server (one for the test binary: goaws
+// keeps its state in globals); its connections end as their clients close them.
+func TestMain(m *testing.M) {
+	pgtest.Main(m, "github.com/outboxkit/outbox/cmd/outbox/internal/cli_test.goaws.")
+}
 
 // canary is the database password of every test DSN: trust authentication ignores it,
 // and it must appear in no output.

@@ -62,6 +62,8 @@ func (a *app) newSink(ctx context.Context) (sink outbox.Sink, closeFn func() err
 		return a.redisSink()
 	case "amqp":
 		return a.amqpSink()
+	case "sqs":
+		return a.sqsSink(ctx)
 	}
 	return nil, nil, usagef("sink.type: unknown sink %q", a.cfg.Sink.Type)
 }

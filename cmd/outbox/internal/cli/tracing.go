@@ -102,8 +102,11 @@ func (a *app) traceSink(sink outbox.Sink, tp *sdktrace.TracerProvider) outbox.Si
 		return sink
 	}
 	system := a.cfg.Sink.Type
-	if system == "amqp" {
+	switch system {
+	case "amqp":
 		system = "rabbitmq"
+	case "sqs":
+		system = "aws_sqs" // the OpenTelemetry messaging.system value
 	}
 	return outboxotel.NewSink(sink, &outboxotel.Config{TracerProvider: tp, System: system})
 }
