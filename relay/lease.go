@@ -154,10 +154,13 @@ func (k *leaseKeeper) margin() time.Duration { return k.cfg.LeaseTTL / 5 }
 // how long to wait before the next round. Each round is bounded by the interval.
 func (k *leaseKeeper) round(ctx context.Context) time.Duration {
 	ttl, interval := k.cfg.LeaseTTL, k.interval()
+	stopping := ctx.Err
 	ctx, cancel := context.WithTimeout(ctx, interval)
 	defer cancel()
 	fail := func(what string, err error) time.Duration {
-		if ctx.Err() == nil {
+		// a round that ran out of its own time is logged: a database too slow or too
+		// locked for the heartbeat leaves the relay without leases, and silence hid it
+		if stopping() == nil {
 			k.log.WarnContext(ctx, what, slog.Any("error", err))
 		}
 		return min(interval, time.Second)

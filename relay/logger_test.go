@@ -75,3 +75,25 @@ func TestDefaultLoggerWarns(t *testing.T) {
 		t.Errorf("Info lines reached the default logger (only Warn and above should):\n%s", out)
 	}
 }
+
+// A lease round that runs out of its own time is logged: with the leases table locked by
+// someone else (a long migration, a DBA's LOCK), the heartbeat waits past its round and
+// the relay holds no lease. The round's own deadline was taken for the relay stopping,
+// and nothing was said.
+func TestLeaseRoundTimeoutIsLogged(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	lock, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(context.Background()) }()
+	if _, err := lock.Exec(t.Context(), "LOCK TABLE outbox.relay_members IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	var buf lockedBuffer
+	cfg := fastConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	start(t, newRelay(t, pool, &memsink.Sink{}, cfg))
+	waitUntil(t, 10*time.Second, "a warning about the heartbeat", func() bool { return strings.Contains(buf.String(), "relay heartbeat") })
+}
