@@ -35,6 +35,10 @@ type demoPostgres struct {
 	exited chan struct{}
 }
 
+// postgresBinGlob is where the distributions' packages put the server binaries, one
+// directory per major version (a variable for the test of the missing binaries).
+var postgresBinGlob = "/usr/lib/postgresql/*/bin"
+
 // postgresBinDir finds the directory holding initdb and postgres.
 func postgresBinDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
@@ -42,7 +46,7 @@ func postgresBinDir() (string, error) {
 			return filepath.Dir(p), nil
 		}
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	dirs, _ := filepath.Glob(postgresBinGlob)
 	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
