@@ -133,6 +133,7 @@ type demo struct {
 	log      *slog.Logger // the components' logger
 
 	reconcileSQL string
+	killSQL      string
 	lat          latencies
 	inbox        *inventory.Consumer
 	posted       atomic.Int64
@@ -164,9 +165,12 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 		// only their errors, unless --log-level debug.
 		d.log = newLogger(a.errOut, slog.LevelError, a.cfg.LogFormat)
 	}
+	// The orders example lives in the default schema.
 	quoted, _ := sqlq.QuoteSchema(relay.DefaultSchema)
 	b, _ := queryFiles.ReadFile("queries/demo_reconcile.sql")
 	d.reconcileSQL = sqlq.Render(string(b), quoted)
+	b, _ = queryFiles.ReadFile("queries/demo_kill_relay.sql")
+	d.killSQL = string(b)
 	// Cleanup runs after Ctrl-C too: it needs a context of its own.
 	bg := context.WithoutCancel(ctx)
 
@@ -521,7 +525,9 @@ func (d *demo) superviseRelay(ctx context.Context, js jetstream.JetStream, killR
 		select {
 		case <-ctx.Done():
 			cancel()
-			<-done
+			if err := <-done; err != nil {
+				d.log.Error("relay: stop", slog.Any("error", err))
+			}
 			rpool.Close()
 			return
 		case err := <-done:
@@ -531,10 +537,13 @@ func (d *demo) superviseRelay(ctx context.Context, js jetstream.JetStream, killR
 			sleepCtx(ctx, 500*time.Millisecond)
 		case reply := <-killReq:
 			var n int
-			_ = d.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
+			if err := d.pool.QueryRow(ctx, d.killSQL, app).Scan(&n); err != nil {
+				d.log.Error("relay: kill", slog.Any("error", err))
+			}
 			cancel()
 			select {
-			case <-done:
+			case err := <-done: // the killed relay's error is expected
+				d.log.Debug("relay: killed", slog.Any("error", err))
 			case <-time.After(5 * time.Second): // abandoned: its successor does not wait
 			}
 			go rpool.Close()
