@@ -351,14 +351,18 @@ func demoTableRows(s DemoSummary) [][2]string {
 }
 
 // printDemoTable writes the reconciliation: a header line, then one "label  value"
-// row a line (the label padded to 24 columns), then an end line.
+// row a line (the label padded to 24 columns), then the verdict line: "reconciliation
+// OK", "FAILED" or "INTERRUPTED (not drained)".
 func printDemoTable(w io.Writer, s DemoSummary) {
 	_, _ = fmt.Fprintln(w, "reconciliation (from the database)")
 	for _, r := range demoTableRows(s) {
 		_, _ = fmt.Fprintf(w, "  %-24s %s\n", r[0], r[1])
 	}
 	verdict := "OK"
-	if s.Lost != 0 || s.DoubleEffects != 0 || s.Published != s.Committed {
+	switch {
+	case s.Interrupted:
+		verdict = "INTERRUPTED (not drained)"
+	case s.Lost != 0 || s.DoubleEffects != 0 || s.Published != s.Committed:
 		verdict = "FAILED"
 	}
 	_, _ = fmt.Fprintln(w, "reconciliation "+verdict)

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,6 +132,68 @@ func TestDemoUsage(t *testing.T) {
 		r := demoRun(t, 10*time.Second, nil, args...)
 		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, args[0]) {
 			t.Errorf("demo %v: want exit 2 naming %s:\n%s", args, args[0], r)
+		}
+	}
+}
+
+// cancelOn is a writer that keeps what it is given and cancels once it has seen mark.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	mark   string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.mark) {
+		w.cancel()
+	}
+	return len(p), nil
+}
+
+func (w *cancelOn) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestDemoInterrupted: Ctrl-C (the context cancelled) mid-run stops the demo at once
+// with exit 0 and a table marked interrupted, and removes the PostgreSQL cluster and
+// the NATS store it started (its goroutines are checked by TestMain).
+func TestDemoInterrupted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	out := &cancelOn{mark: "[   2s] written", cancel: cancel}
+	var errOut bytes.Buffer
+	start := time.Now()
+	code := cli.Main(ctx, []string{"demo", "--duration", "1m", "--rate", "50"}, cli.IO{In: strings.NewReader(""), Out: out, Err: &errOut})
+	r := result{code, out.String(), errOut.String()}
+	if code != cli.ExitOK {
+		t.Fatalf("interrupted demo: %s", r)
+	}
+	if el := time.Since(start); el > 40*time.Second {
+		t.Errorf("the interrupted demo took %s to stop", el)
+	}
+	if !strings.Contains(r.stdout, "interrupted: stopped before draining") {
+		t.Errorf("no interruption note:\n%s", r)
+	}
+	rows, verdict := demoTable(t, r.stdout)
+	if verdict != "INTERRUPTED (not drained)" {
+		t.Errorf("verdict %q after the interruption", verdict)
+	}
+	if rows["committed"] < 1 {
+		t.Errorf("nothing committed before the interruption:\n%s", r)
+	}
+	for _, re := range []string{`data in (\S+), removed at exit`, `store in (\S+), removed at exit`} {
+		m := regexp.MustCompile(re).FindStringSubmatch(r.stdout)
+		if m == nil {
+			t.Fatalf("the output does not name the directory (%s):\n%s", re, r)
+		}
+		if _, err := os.Stat(m[1]); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is left behind after the interruption (%v)", m[1], err)
 		}
 	}
 }
