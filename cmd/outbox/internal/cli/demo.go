@@ -156,15 +156,20 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	if f.outage <= 0 {
 		f.outage = max(f.duration/6, time.Second)
 	}
-	d := &demo{a: a, flags: f, progress: a.out, log: a.log}
+	// Progress, fault notes and the components' logs come from several goroutines:
+	// each stream is written a whole line at a time.
+	out, errOut := &lockedWriter{w: a.out}, &lockedWriter{w: a.errOut}
+	d := &demo{a: a, flags: f, progress: out}
 	if f.json {
-		d.progress = a.errOut
+		d.progress = errOut
 	}
-	if a.cfg.LogLevel > slog.LevelDebug {
-		// The components' warnings during the injected faults are expected: show
-		// only their errors, unless --log-level debug.
-		d.log = newLogger(a.errOut, slog.LevelError, a.cfg.LogFormat)
+	// The components' warnings during the injected faults are expected: show only
+	// their errors, unless --log-level debug.
+	level := slog.LevelError
+	if a.cfg.LogLevel <= slog.LevelDebug {
+		level = a.cfg.LogLevel
 	}
+	d.log = newLogger(errOut, level, a.cfg.LogFormat)
 	// The orders example lives in the default schema.
 	quoted, _ := sqlq.QuoteSchema(relay.DefaultSchema)
 	b, _ := queryFiles.ReadFile("queries/demo_reconcile.sql")
@@ -296,13 +301,13 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	}
 	sum.Interrupted = interrupted
 	if f.json {
-		enc := json.NewEncoder(a.out)
+		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(sum); err != nil {
 			return fmt.Errorf("demo: write the summary: %w", err)
 		}
 	} else {
-		printDemoTable(a.out, sum)
+		printDemoTable(out, sum)
 	}
 	switch {
 	case interrupted:
@@ -624,6 +629,18 @@ func (l *latencies) p99(window time.Duration) time.Duration {
 	}
 	slices.Sort(ds)
 	return ds[min(len(ds)-1, len(ds)*99/100)]
+}
+
+// lockedWriter serialises the writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p) //nolint:wrapcheck // a writer's error, as it is
 }
 
 // demoNATS is the embedded NATS JetStream server, restartable on its port and store.
