@@ -71,6 +71,14 @@ type DemoSummary struct {
 	Lost int64 `json:"lost"`
 	// DoubleEffects is EffectsApplied − Consumed: effects beyond one per event.
 	DoubleEffects int64 `json:"double_effects"`
+	// SinkDeliveries counts the events the relays delivered to JetStream (acked),
+	// first deliveries and repeats; Republished is SinkDeliveries − Published: the
+	// repeats, mostly of the events the killed relay had delivered but not marked
+	// (the stream's duplicate window drops most of them, the inbox skips the rest).
+	SinkDeliveries int64 `json:"sink_deliveries"`
+	Republished    int64 `json:"republished"`
+	// BreakerOpens counts the relays' breaker trips (the broker outage).
+	BreakerOpens int64 `json:"breaker_opens"`
 	// RelayKills and BrokerOutages count the faults injected.
 	RelayKills    int `json:"relay_kills"`
 	BrokerOutages int `json:"broker_outages"`
@@ -139,6 +147,8 @@ type demo struct {
 	posted       atomic.Int64
 	postFailed   atomic.Int64
 	relayKills   int
+	relaysMu     sync.Mutex
+	relays       []*relay.Relay // every relay started, for their stats
 	outages      int
 }
 
@@ -334,6 +344,14 @@ func (d *demo) reconcile(ctx context.Context) (DemoSummary, error) {
 	s.DoubleEffects = s.EffectsApplied - s.Consumed
 	s.DuplicatesSkipped = d.inbox.Inbox().Stats().Duplicates
 	s.RelayKills, s.BrokerOutages = d.relayKills, d.outages
+	d.relaysMu.Lock()
+	for _, r := range d.relays {
+		st := r.Stats()
+		s.SinkDeliveries += st.Published
+		s.BreakerOpens += st.BreakerOpens
+	}
+	d.relaysMu.Unlock()
+	s.Republished = s.SinkDeliveries - s.Published
 	s.P99CommitToConsumeMS = float64(d.lat.p99(0).Microseconds()) / 1000
 	return s, nil
 }
@@ -349,6 +367,9 @@ func demoTableRows(s DemoSummary) [][2]string {
 		{"duplicates skipped", i(s.DuplicatesSkipped)},
 		{"lost", i(s.Lost)},
 		{"double effects", i(s.DoubleEffects)},
+		{"sink deliveries", i(s.SinkDeliveries)},
+		{"republished", i(s.Republished)},
+		{"breaker opens", i(s.BreakerOpens)},
 		{"relay kills", i(int64(s.RelayKills))},
 		{"broker outages", i(int64(s.BrokerOutages))},
 		{"p99 commit→consume ms", fmt.Sprintf("%.1f", s.P99CommitToConsumeMS)},
@@ -528,6 +549,9 @@ func (d *demo) superviseRelay(ctx context.Context, js jetstream.JetStream, killR
 			sleepCtx(ctx, 500*time.Millisecond)
 			continue
 		}
+		d.relaysMu.Lock()
+		d.relays = append(d.relays, r)
+		d.relaysMu.Unlock()
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()
