@@ -71,10 +71,10 @@ type DemoSummary struct {
 	Lost int64 `json:"lost"`
 	// DoubleEffects is EffectsApplied − Consumed: effects beyond one per event.
 	DoubleEffects int64 `json:"double_effects"`
-	// SinkDeliveries counts the events the relays delivered to JetStream (acked),
-	// first deliveries and repeats; Republished is SinkDeliveries − Published: the
-	// repeats, mostly of the events the killed relay had delivered but not marked
-	// (the stream's duplicate window drops most of them, the inbox skips the rest).
+	// SinkDeliveries counts the deliveries JetStream acked, first ones and repeats;
+	// Republished is SinkDeliveries − Published: the repeats, of the events the
+	// killed relay had delivered but not marked (the stream's duplicate window drops
+	// them, the inbox would skip any that got past it).
 	SinkDeliveries int64 `json:"sink_deliveries"`
 	Republished    int64 `json:"republished"`
 	// BreakerOpens counts the relays' breaker trips (the broker outage).
@@ -149,6 +149,7 @@ type demo struct {
 	relayKills   int
 	relaysMu     sync.Mutex
 	relays       []*relay.Relay // every relay started, for their stats
+	acks         atomic.Int64   // deliveries the broker acked, of every relay
 	outages      int
 }
 
@@ -274,7 +275,7 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	run, stop := context.WithCancel(bg)
 	defer stop()
 	var wg sync.WaitGroup
-	killReq := make(chan chan int)
+	killReq := make(chan chan killed)
 	wg.Go(func() { d.runConsumer(run, consumerJS) })
 	wg.Go(func() { d.superviseRelay(run, producerJS, killReq) })
 	defer wg.Wait()
@@ -346,11 +347,10 @@ func (d *demo) reconcile(ctx context.Context) (DemoSummary, error) {
 	s.RelayKills, s.BrokerOutages = d.relayKills, d.outages
 	d.relaysMu.Lock()
 	for _, r := range d.relays {
-		st := r.Stats()
-		s.SinkDeliveries += st.Published
-		s.BreakerOpens += st.BreakerOpens
+		s.BreakerOpens += r.Stats().BreakerOpens
 	}
 	d.relaysMu.Unlock()
+	s.SinkDeliveries = d.acks.Load()
 	s.Republished = s.SinkDeliveries - s.Published
 	s.P99CommitToConsumeMS = float64(d.lat.p99(0).Microseconds()) / 1000
 	return s, nil
@@ -488,7 +488,7 @@ func (d *demo) generateLoad(ctx context.Context, url string) {
 
 // injectFaults kills the relay at a third of the run and takes the broker away at
 // half of it, as asked.
-func (d *demo) injectFaults(ctx context.Context, kill, outage bool, killReq chan chan int) {
+func (d *demo) injectFaults(ctx context.Context, kill, outage bool, killReq chan chan killed) {
 	wait := func(until time.Duration, start time.Time) bool {
 		select {
 		case <-ctx.Done():
@@ -499,12 +499,12 @@ func (d *demo) injectFaults(ctx context.Context, kill, outage bool, killReq chan
 	}
 	start := time.Now()
 	if kill && wait(d.flags.duration/3, start) {
-		reply := make(chan int, 1)
+		reply := make(chan killed, 1)
 		select {
 		case killReq <- reply:
-			n := <-reply
+			k := <-reply
 			d.relayKills++
-			d.say("FAULT relay killed: %d database connections terminated, no graceful stop; a new relay takes over", n)
+			d.say("FAULT relay killed right after delivering %d events it never marked published; its %d database connections terminated, no graceful stop; a new relay takes over", k.held, k.conns)
 		case <-ctx.Done():
 		}
 	}
@@ -528,7 +528,7 @@ func (d *demo) injectFaults(ctx context.Context, kill, outage bool, killReq chan
 // ends. A kill request cuts the relay's database connections
 // (pg_terminate_backend) and cancels it: its marks in flight are lost, what it had
 // published is published again by its successor, and the inbox skips the repeats.
-func (d *demo) superviseRelay(ctx context.Context, js jetstream.JetStream, killReq chan chan int) {
+func (d *demo) superviseRelay(ctx context.Context, js jetstream.JetStream, killReq chan chan killed) {
 	for gen := 1; ctx.Err() == nil; gen++ {
 		app := fmt.Sprintf("outbox-demo-relay-%d", gen)
 		pc := d.pool.Config().Copy()
@@ -540,7 +540,8 @@ func (d *demo) superviseRelay(ctx context.Context, js jetstream.JetStream, killR
 			sleepCtx(ctx, 500*time.Millisecond)
 			continue
 		}
-		r, err := orders.NewRelay(ctx, rpool, js, &relay.Config{LeaseTTL: time.Second, Logger: d.log})
+		cs := &crashSink{crash: make(chan struct{}), caught: make(chan struct{}), release: ctx.Done(), acks: &d.acks}
+		r, err := d.newRelay(ctx, rpool, js, cs)
 		if err != nil {
 			rpool.Close()
 			if ctx.Err() == nil {
@@ -569,6 +570,14 @@ func (d *demo) superviseRelay(ctx context.Context, js jetstream.JetStream, killR
 			d.log.Error("relay: stopped; starting another", slog.Any("error", err))
 			sleepCtx(ctx, 500*time.Millisecond)
 		case reply := <-killReq:
+			// The relay dies right after a delivery, before it marks it: the case
+			// at-least-once is for. Then its connections go.
+			close(cs.crash)
+			select {
+			case <-cs.caught:
+			case <-time.After(2 * time.Second): // no batch in flight: killed idle
+			case <-ctx.Done():
+			}
 			var n int
 			if err := d.pool.QueryRow(ctx, d.killSQL, app).Scan(&n); err != nil {
 				d.log.Error("relay: kill", slog.Any("error", err))
@@ -580,9 +589,105 @@ func (d *demo) superviseRelay(ctx context.Context, js jetstream.JetStream, killR
 			case <-time.After(5 * time.Second): // abandoned: its successor does not wait
 			}
 			go rpool.Close()
-			reply <- n
+			reply <- killed{conns: n, held: cs.held.Load()}
 		}
 	}
+}
+
+// killed is what a relay kill did: the relay's connections terminated, and the
+// events it had delivered but not marked.
+type killed struct {
+	conns int
+	held  int64
+}
+
+// newRelay is orders.NewRelay with the sink wrapped in cs, the kill switch, and a
+// short lease (a killed relay's partitions are taken over within a second) and
+// shutdown timeout.
+func (d *demo) newRelay(ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, cs *crashSink) (*relay.Relay, error) {
+	sink, err := natssink.New(ctx, js, &natssink.Config{Stream: orders.Stream, Subject: orders.SubjectTemplate})
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	cs.inner = sink
+	r, err := relay.New(pool, cs, &relay.Config{LeaseTTL: time.Second, ShutdownTimeout: time.Second, Logger: d.log})
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	return r, nil
+}
+
+// errKilled is the result of the publishes of a killed relay.
+var errKilled = errors.New("demo: the relay was killed")
+
+// crashSink is the relay kill's switch on the relay's sink. Once crash is closed,
+// the next batch delivered (the one in flight, or else the next one) never returns
+// to the relay, as if the process died between the broker's ack and the mark: its
+// events stay unpublished in the outbox, and the next relay delivers them again. No
+// later batch is delivered. A held publish ends when its context or release does.
+type crashSink struct {
+	inner     outbox.Sink
+	crash     chan struct{}
+	caught    chan struct{} // closed once a delivered batch is held
+	delivered atomic.Bool   // the one batch delivered after crash
+	release   <-chan struct{}
+	held      atomic.Int64
+	acks      *atomic.Int64 // the deliveries the broker acked, of every relay
+}
+
+// Publish delivers msgs, unless the relay is dead; see [crashSink].
+func (s *crashSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	select {
+	case <-s.crash:
+		if s.delivered.CompareAndSwap(false, true) {
+			s.hold(s.publish(ctx, msgs))
+		}
+		return s.hang(ctx, len(msgs))
+	default:
+	}
+	errs := s.publish(ctx, msgs)
+	select {
+	case <-s.crash:
+		if s.delivered.CompareAndSwap(false, true) {
+			s.hold(errs)
+		}
+		return s.hang(ctx, len(msgs))
+	default:
+		return errs
+	}
+}
+
+// publish delivers msgs and counts the broker's acks.
+func (s *crashSink) publish(ctx context.Context, msgs []outbox.Message) []error {
+	errs := s.inner.Publish(ctx, msgs)
+	for _, err := range errs {
+		if err == nil {
+			s.acks.Add(1)
+		}
+	}
+	return errs
+}
+
+// hold counts the events of the batch delivered and held.
+func (s *crashSink) hold(errs []error) {
+	for _, err := range errs {
+		if err == nil {
+			s.held.Add(1)
+		}
+	}
+	close(s.caught)
+}
+
+func (s *crashSink) hang(ctx context.Context, n int) []error {
+	select {
+	case <-ctx.Done():
+	case <-s.release:
+	}
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = errKilled
+	}
+	return errs
 }
 
 // runConsumer runs the inventory consumer (natssink Runner → inbox) until ctx ends,

@@ -89,10 +89,12 @@ func TestDemoWithFaults(t *testing.T) {
 	if rows["lost"] != 0 || rows["double effects"] != 0 {
 		t.Errorf("lost %v, double effects %v: want 0 and 0", rows["lost"], rows["double effects"])
 	}
-	// At least once: the killed relay's unmarked deliveries are delivered again (and
-	// dropped by the stream or skipped by the inbox), never fewer than one each.
-	if rows["duplicates skipped"] < 0 || rows["republished"] < 0 || rows["sink deliveries"] != rows["published"]+rows["republished"] {
-		t.Errorf("duplicates skipped %v, republished %v, sink deliveries %v", rows["duplicates skipped"], rows["republished"], rows["sink deliveries"])
+	// At least once: the killed relay died right after a delivery, before marking it;
+	// its successor delivered those events again (the stream's duplicate window or the
+	// inbox dropped the repeats: no double effect above).
+	if rows["republished"] < 1 || rows["sink deliveries"] != rows["published"]+rows["republished"] || rows["duplicates skipped"] < 0 {
+		t.Errorf("republished %v, sink deliveries %v, duplicates skipped %v: want the killed relay's deliveries made again",
+			rows["republished"], rows["sink deliveries"], rows["duplicates skipped"])
 	}
 	if rows["relay kills"] != 1 || rows["broker outages"] != 1 {
 		t.Errorf("relay kills %v, broker outages %v: want 1 and 1", rows["relay kills"], rows["broker outages"])
