@@ -135,6 +135,7 @@ type demo struct {
 	a        *app
 	flags    demoFlags
 	pool     *pgxpool.Pool
+	monitor  *pgxpool.Pool // the progress line's
 	nats     *demoNATS
 	sku      string
 	progress io.Writer
@@ -216,6 +217,13 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 		return fmt.Errorf("demo: database: %w", err)
 	}
 	defer d.pool.Close()
+	// The progress line's own connection: the producer's requests never starve it.
+	mc := pc.Copy()
+	mc.MaxConns = 1
+	if d.monitor, err = pgxpool.NewWithConfig(ctx, mc); err != nil {
+		return fmt.Errorf("demo: database: %w", err)
+	}
+	defer d.monitor.Close()
 	if err := orders.Migrate(ctx, d.pool); err != nil {
 		return fmt.Errorf("demo: migrate: %w", err)
 	}
@@ -406,7 +414,7 @@ func (d *demo) report(ctx context.Context, start time.Time) {
 		}
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		var s DemoSummary
-		err := d.pool.QueryRow(qctx, d.reconcileSQL, d.sku, demoSeed).Scan(&s.Committed, &s.Published, &s.Consumed, &s.EffectsApplied, &s.Lost)
+		err := d.monitor.QueryRow(qctx, d.reconcileSQL, d.sku, demoSeed).Scan(&s.Committed, &s.Published, &s.Consumed, &s.EffectsApplied, &s.Lost)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
