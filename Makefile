@@ -6,7 +6,7 @@ GOLANGCI_LINT := $(GOBIN)/golangci-lint
 # Every module of the go.work, in order.
 MODULES := $(shell go list -m -f '{{.Dir}}' | sed "s|^$(CURDIR)|.|")
 
-.PHONY: help test vet lint unit fuzz fuzz-short bench tools tidy
+.PHONY: help test vet lint unit fuzz fuzz-short bench tools tidy demo
 
 # FUZZTIME bounds each fuzz target: short in `make test`, longer with `make fuzz`.
 FUZZTIME ?= 15s
@@ -35,6 +35,9 @@ bench: ## benchmark programs and Go benchmarks; writes bench/RESULTS.md
 	cd bench && go run ./cmd/writerbench -out RESULTS.md
 	cd bench && go run ./cmd/relaybench -part all -out RESULTS.md
 	cd bench && go test -run '^$$' -bench . ./...
+
+demo: ## run the orders example end to end with a relay kill and a broker outage (ARGS="--duration 1m --rate 200")
+	cd cmd/outbox && go run . demo $(ARGS)
 
 tidy: ## go mod tidy every module on its own
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done

@@ -80,6 +80,7 @@ require (
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/outboxkit/outbox/examples/orders v0.0.0-00010101000000-000000000000
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
@@ -118,3 +119,5 @@ require (
 replace github.com/outboxkit/outbox/outboxotel => ../../outboxotel
 
 replace github.com/outboxkit/outbox/sink/sqssink => ../../sink/sqssink
+
+replace github.com/outboxkit/outbox/examples/orders => ../../examples/orders

@@ -16,9 +16,12 @@ import (
 )
 
 // TestMain allows the goroutine of the goaws server (one for the test binary: goaws
-// keeps its state in globals); its connections end as their clients close them.
+// keeps its state in globals; its connections end as their clients close them) and
+// the one that starts the demo's PostgreSQL from a thread of its own (it lives as
+// long as the process).
 func TestMain(m *testing.M) {
-	pgtest.Main(m, "github.com/outboxkit/outbox/cmd/outbox/internal/cli_test.goaws.")
+	pgtest.Main(m, "github.com/outboxkit/outbox/cmd/outbox/internal/cli_test.goaws.",
+		"github.com/outboxkit/outbox/cmd/outbox/internal/cli.startOnOneThread.func")
 }
 
 // canary is the database password of every test DSN: trust authentication ignores it,
