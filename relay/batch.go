@@ -251,12 +251,14 @@ type claimScope struct {
 	parts []int
 	// rotation is where the worker's last ordered claims stopped
 	rotation *rotation
+	// worker is the claiming worker's index (its floor's full claims are its own)
+	worker int
 }
 
 // scope returns the claim scope of worker share over the relay partitions parts (nil or
 // all of them: no filter).
 func (b *batcher) scope(parts []int, share workerShare) claimScope {
-	s := claimScope{parts: parts, rotation: &b.rotations[min(share.index, len(b.rotations)-1)]}
+	s := claimScope{parts: parts, rotation: &b.rotations[min(share.index, len(b.rotations)-1)], worker: share.index}
 	if len(parts) == b.cfg.Partitions {
 		s.parts = nil
 	}
@@ -281,7 +283,7 @@ func (b *batcher) ready(ctx context.Context, share workerShare) (bool, error) {
 		minPending *int64
 		saw        seen
 	)
-	fa := b.floor.args(time.Now())
+	fa := b.floor.args(time.Now(), share.index)
 	if err := b.pool.QueryRow(ctx, b.q.probe, fa.floor, fa.replays, scope, b.cfg.Partitions).
 		Scan(&ready, &minPending, &saw.xmin, &saw.xmax, &saw.replays); err != nil {
 		return false, fmt.Errorf("probe for work: %w", err)

@@ -42,7 +42,7 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 	for _, set := range settings {
 		batch.Queue(set)
 	}
-	fa := b.floor.args(time.Now())
+	fa := b.floor.args(time.Now(), scope.worker)
 	q := b.claimQuery(scope, fa)
 	batch.Queue(b.q.claim, q.args...)
 	br := tx.begin(ctx, batch)

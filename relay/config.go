@@ -257,7 +257,7 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.PollInterval > 0, "PollInterval must be positive, got %s", cfg.PollInterval)
 	check(cfg.FallbackPollInterval > 0, "FallbackPollInterval must be positive, got %s", cfg.FallbackPollInterval)
 	check(cfg.Wakeup == WakeupListen || cfg.Wakeup == WakeupPoll, "Wakeup must be %q or %q, got %q", WakeupListen, WakeupPoll, cfg.Wakeup)
-	check(cfg.Concurrency >= 0 && cfg.Concurrency <= 64, "Concurrency must be between 1 and 64 (or 0: the default), got %d", cfg.Concurrency)
+	check(cfg.Concurrency >= 0 && cfg.Concurrency <= maxWorkers, "Concurrency must be between 1 and 64 (or 0: the default), got %d", cfg.Concurrency)
 	check(cfg.SlowPublish > 0, "SlowPublish must be positive, got %s", cfg.SlowPublish)
 	check(cfg.PublishCalls >= 1 && cfg.PublishCalls <= 1024, "PublishCalls must be between 1 and 1024, got %d", cfg.PublishCalls)
 	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)

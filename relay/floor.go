@@ -54,21 +54,29 @@ type observation struct {
 // pending again, at any seq) is seen through the replays table: claims read from the
 // first row (claim_floor.sql) until an observation that saw the replay is sealed.
 type floor struct {
-	mu       sync.Mutex
-	seq      int64 // the floor; 0: read from the first row
-	replays  int64 // the last replay whose rows the floor accounts for
-	obs      []observation
-	lastFull time.Time
+	mu      sync.Mutex
+	seq     int64 // the floor; 0: read from the first row
+	replays int64 // the last replay whose rows the floor accounts for
+	obs     []observation
+	// lastFull is, per worker, when its last claim from the first row was sent. Per
+	// worker: an ordered worker claims from its share of the partitions only
+	// (workerShare), and an empty claim reports nothing, so one worker's full claim
+	// that found nothing in its share said nothing of a row made pending out of band in
+	// the other's.
+	lastFull [maxWorkers]time.Time
 }
 
-// args returns the parameters of the next claim at now: every floorFullEvery a claim
-// from the first row.
-func (f *floor) args(now time.Time) floorArgs {
+// maxWorkers bounds Config.Concurrency.
+const maxWorkers = 64
+
+// args returns the parameters of worker's next claim at now: every floorFullEvery a
+// claim from the first row.
+func (f *floor) args(now time.Time, worker int) floorArgs {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a := floorArgs{floor: f.seq, replays: f.replays, sent: now}
-	if now.Sub(f.lastFull) >= floorFullEvery {
-		a.floor, f.lastFull = 0, now
+	if w := &f.lastFull[min(worker, maxWorkers-1)]; now.Sub(*w) >= floorFullEvery {
+		a.floor, *w = 0, now
 	}
 	return a
 }

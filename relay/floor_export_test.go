@@ -16,7 +16,9 @@ func NoFullClaims(r *Relay) {
 	f := &r.batches.floor
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastFull = time.Now().Add(100 * 365 * 24 * time.Hour)
+	for i := range f.lastFull {
+		f.lastFull[i] = time.Now().Add(100 * 365 * 24 * time.Hour)
+	}
 }
 
 // NextClaim returns r's claim statement and the arguments of its next claim over all
@@ -38,5 +40,5 @@ func FullClaimNow(r *Relay) {
 	f := &r.batches.floor
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastFull = time.Time{}
+	f.lastFull = [maxWorkers]time.Time{}
 }

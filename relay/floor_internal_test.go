@@ -8,7 +8,7 @@ import (
 // claimAt is what a claim sent at sent (answered 1 ms later) saw, taken in by f; it
 // returns the floor after.
 func claimAt(f *floor, sent time.Time, s seen) int64 {
-	a := f.args(sent)
+	a := f.args(sent, 0)
 	f.observe(a, s, sent.Add(time.Millisecond))
 	return f.seq
 }
@@ -20,7 +20,7 @@ func TestFloorSealedByALaterSnapshot(t *testing.T) {
 	t.Parallel()
 	f := &floor{}
 	t0 := time.Unix(1_000_000, 0)
-	if a := f.args(t0); a.floor != 0 {
+	if a := f.args(t0, 0); a.floor != 0 {
 		t.Fatalf("first claim from %d, want 0 (a full claim)", a.floor)
 	}
 	f.observe(floorArgs{sent: t0}, seen{minPending: 100, xmin: 10, xmax: 12}, t0.Add(time.Millisecond))
@@ -89,7 +89,7 @@ func TestFloorReplay(t *testing.T) {
 	if got := claimAt(f, t1, seen{minPending: 7, xmin: 20, xmax: 20, replays: 1}); got != 0 {
 		t.Fatalf("floor %d after a replay, want 0", got)
 	}
-	if a := f.args(t1.Add(10 * time.Millisecond)); a.replays != 0 {
+	if a := f.args(t1.Add(10*time.Millisecond), 0); a.replays != 0 {
 		t.Fatalf("claims sent with replays %d before the replay's observation is sealed, want 0", a.replays)
 	}
 	claimAt(f, t1.Add(1100*time.Millisecond), seen{minPending: 7, xmin: 21, xmax: 21, replays: 1})
@@ -105,12 +105,13 @@ func TestFloorReplay(t *testing.T) {
 // made pending out of band — lowers the floor to it at once.
 func TestFloorLoweredByAFullClaim(t *testing.T) {
 	t.Parallel()
-	f := &floor{seq: 500, lastFull: time.Unix(1_000_000, 0)}
-	t0 := f.lastFull.Add(floorFullEvery - time.Second)
-	if a := f.args(t0); a.floor != 500 {
+	f := &floor{seq: 500}
+	f.lastFull[0] = time.Unix(1_000_000, 0)
+	t0 := f.lastFull[0].Add(floorFullEvery - time.Second)
+	if a := f.args(t0, 0); a.floor != 500 {
 		t.Fatalf("claim from %d, want the floor (500)", a.floor)
 	}
-	a := f.args(t0.Add(time.Second))
+	a := f.args(t0.Add(time.Second), 0)
 	if a.floor != 0 {
 		t.Fatalf("claim %s after the last full claim from %d, want 0", floorFullEvery, a.floor)
 	}
@@ -118,7 +119,7 @@ func TestFloorLoweredByAFullClaim(t *testing.T) {
 	if f.seq != 42 {
 		t.Fatalf("floor %d after a full claim saw 42 pending, want 42", f.seq)
 	}
-	if b := f.args(t0.Add(2 * time.Second)); b.floor != 42 {
+	if b := f.args(t0.Add(2*time.Second), 0); b.floor != 42 {
 		t.Fatalf("next claim from %d, want 42", b.floor)
 	}
 }
@@ -135,5 +136,24 @@ func TestFloorKeepsObservationsInOrder(t *testing.T) {
 	claimAt(f, t0.Add(300*time.Millisecond), seen{minPending: 10, xmin: 5, xmax: 10}) // kept
 	if len(f.obs) != 2 || f.obs[0].xmax != 8 || f.obs[1].xmax != 10 {
 		t.Fatalf("kept %+v, want the snapshots with xmax 8 and 10", f.obs)
+	}
+}
+
+// Each worker claims from the first row on its own schedule: an ordered worker reads only
+// its share of the partitions, and an empty claim reports nothing, so one worker's full
+// claim finding nothing in its share must not stand for the other's (a row made pending
+// out of band there waited for the next full claim, 30 s on).
+func TestFloorFullClaimsPerWorker(t *testing.T) {
+	t.Parallel()
+	f := &floor{seq: 500}
+	now := time.Unix(1_000_000, 0)
+	if a := f.args(now, 0); a.floor != 0 {
+		t.Fatalf("worker 0's first claim from %d, want 0 (the first row)", a.floor)
+	}
+	if a := f.args(now.Add(time.Millisecond), 1); a.floor != 0 {
+		t.Fatalf("worker 1's first claim from %d, want 0: worker 0's full claim does not cover its share", a.floor)
+	}
+	if a := f.args(now.Add(2*time.Millisecond), 0); a.floor != 500 {
+		t.Fatalf("worker 0's next claim from %d, want the floor (500)", a.floor)
 	}
 }

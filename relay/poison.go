@@ -55,7 +55,7 @@ func contentError(err error) bool {
 // claim fail and parks it dead; it reports whether it parked one. When no single row
 // fails alone (the rows fail only together: too much at once), it parks nothing.
 func (b *batcher) isolatePoison(ctx context.Context, conn *pgx.Conn, scope claimScope, cause error) (bool, error) {
-	q := b.claimQuery(scope, b.floor.args(time.Now()))
+	q := b.claimQuery(scope, b.floor.args(time.Now(), scope.worker))
 	var candidates []int64
 	if err := rolledBack(ctx, conn, func(tx pgx.Tx) error {
 		for _, set := range claimSettings {
