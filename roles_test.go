@@ -367,6 +367,13 @@ func operateAsOperator(ctx context.Context, t *testing.T, pool, admin *pgxpool.P
 	if got, err := relay.Discard(ctx, pool, relay.Action{IDs: dead[1:2], Actor: "alice", Reason: "INC-1 obsolete"}); err != nil || len(got) != 1 {
 		t.Fatalf("relay.Discard as outbox_operator: %v %v", got, err)
 	}
+	paused := relay.PauseRequest{Scope: relay.PauseScope{Kind: relay.PausePartition, Partition: 1}, Actor: "alice", Reason: "INC-2"}
+	if _, made, err := relay.Pause(ctx, pool, paused); err != nil || !made {
+		t.Fatalf("relay.Pause as outbox_operator: %v %v", made, err)
+	}
+	if _, err := relay.Resume(ctx, pool, paused); err != nil {
+		t.Fatalf("relay.Resume as outbox_operator: %v", err)
+	}
 	if v, err := m.Version(ctx, pool); err != nil || v != m.Latest() {
 		t.Fatalf("migration version as outbox_operator: %d, %v", v, err)
 	}

@@ -21,7 +21,7 @@ var templateFiles embed.FS
 var assetFiles embed.FS
 
 // pageNames are the dashboard's pages, each templates/<name>.html inside layout.html.
-var pageNames = []string{"overview", "types", "partitions", "dead", "blocked", "event", "audit", "error"}
+var pageNames = []string{"overview", "types", "partitions", "dead", "blocked", "event", "audit", "pauses", "error"}
 
 var pages = func() map[string]*template.Template {
 	funcs := template.FuncMap{"age": formatAge, "rate": formatRate, "time": formatTime, "bytes": formatBytes}
@@ -42,7 +42,10 @@ func (h *Handler) dashboardRoutes() {
 	h.mux.HandleFunc("GET "+p+"blocked", h.page("blocked", h.blockedPage))
 	h.mux.HandleFunc("GET "+p+"events/{id}", h.page("event", h.eventPage))
 	h.mux.HandleFunc("GET "+p+"audit", h.page("audit", h.auditPage))
+	h.mux.HandleFunc("GET "+p+"pauses", h.page("pauses", h.pausesPage))
 	h.mux.HandleFunc("POST "+p+"ui/{action}", h.form)
+	h.mux.HandleFunc("POST "+p+"ui/pause", h.pauseForm(false))
+	h.mux.HandleFunc("POST "+p+"ui/resume", h.pauseForm(true))
 	assets, err := fs.Sub(assetFiles, "assets")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at compile time
@@ -220,19 +223,7 @@ func (h *Handler) form(w http.ResponseWriter, r *http.Request) {
 		h.errorPage(w, r, fmt.Errorf("form %q: %w", action, errNotFound))
 		return
 	}
-	if !h.guard(w, r) {
-		return
-	}
-	if !sameOrigin(r) {
-		h.render(w, http.StatusForbidden, "error", view{Prefix: h.o.PathPrefix, Page: "error", Title: "Forbidden", Error: "cross-site form submission refused"})
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		h.errorPage(w, r, badRequestErr(err))
-		return
-	}
-	if !h.tokenOK(r.PostForm.Get("token")) {
-		h.render(w, http.StatusUnauthorized, "error", view{Prefix: h.o.PathPrefix, Page: "error", Title: "Unauthorized", Error: "the token is missing or wrong"})
+	if !h.formChecks(w, r) {
 		return
 	}
 	actor, reason := r.PostForm.Get("actor"), r.PostForm.Get("reason")
@@ -279,6 +270,28 @@ func (h *Handler) form(w http.ResponseWriter, r *http.Request) {
 	msg := fmt.Sprintf("%s: %d event(s) (audit #%d)", action, res.Affected, res.AuditID)
 	//nolint:gosec // back is PathPrefix and "dead" or a parsed UUID, never the request's text
 	http.Redirect(w, r, back+"?"+url.Values{"msg": {msg}}.Encode(), http.StatusSeeOther)
+}
+
+// formChecks runs the checks every dashboard form passes: the API's guards, the same
+// origin, the token from the form's field (never a cookie). It reports whether r may go
+// on, with r.PostForm parsed; otherwise it answered.
+func (h *Handler) formChecks(w http.ResponseWriter, r *http.Request) bool {
+	if !h.guard(w, r) {
+		return false
+	}
+	if !sameOrigin(r) {
+		h.render(w, http.StatusForbidden, "error", view{Prefix: h.o.PathPrefix, Page: "error", Title: "Forbidden", Error: "cross-site form submission refused"})
+		return false
+	}
+	if err := r.ParseForm(); err != nil {
+		h.errorPage(w, r, badRequestErr(err))
+		return false
+	}
+	if !h.tokenOK(r.PostForm.Get("token")) {
+		h.render(w, http.StatusUnauthorized, "error", view{Prefix: h.o.PathPrefix, Page: "error", Title: "Unauthorized", Error: "the token is missing or wrong"})
+		return false
+	}
+	return true
 }
 
 func badRequestErr(err error) error { return badRequest("%v", err) }

@@ -16,6 +16,8 @@ func mutations(id string) []struct{ path, body string } {
 		{"/api/discard", `{"filter":{"aggregate_id":"a1"},"actor":"ops","reason":"obsolete"}`},
 		{"/api/events/" + id + "/replay", `{"actor":"ops","reason":"fixed"}`},
 		{"/api/events/" + id + "/discard", `{"actor":"ops","reason":"obsolete"}`},
+		{"/api/pause", `{"scope":{"kind":"all"},"actor":"ops","reason":"maintenance"}`},
+		{"/api/resume", `{"scope":{"kind":"all"},"actor":"ops","reason":"done"}`},
 	}
 }
 
@@ -26,7 +28,7 @@ func TestStateChangesNeedTheToken(t *testing.T) {
 	pool := pgtest.Pool(t)
 	enqueue(t, pool, "order.changed", aggregates("a", 2), 1)
 	kill(t, pool, "a", 1)
-	h := newAdmin(t, pool, nil)
+	h := newAdmin(t, pool, func(o *outboxadmin.Options) { o.RateBurst = 100 }) // refused credentials count too
 	id := oneDeadID(t, pool, "a0")
 	for _, m := range mutations(id) {
 		for _, auth := range []string{"", "wrong-token-0123456789abcdef", token[:len(token)-1], token + "x"} {
@@ -41,6 +43,9 @@ func TestStateChangesNeedTheToken(t *testing.T) {
 	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.replays`); n != 0 {
 		t.Fatalf("%d audit rows after refused requests", n)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.pauses`); n != 0 {
+		t.Fatalf("%d pauses after refused requests", n)
 	}
 	// The token in a cookie (what a browser would send on its own) is not a credential.
 	req := httpRequest(t, http.MethodPost, "/api/replay", mutations(id)[0].body)
@@ -71,6 +76,12 @@ func TestReadOnlyRefusesChanges(t *testing.T) {
 	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.dead_letters`); n != 2 {
 		t.Fatalf("%d dead letters after read-only requests, want 2", n)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.pauses`); n != 0 {
+		t.Fatalf("%d pauses after read-only requests", n)
+	}
+	if html := page(t, h, "/pauses"); strings.Contains(html, `<form method="post"`) {
+		t.Fatal("a read-only pauses page shows a state-changing form")
 	}
 	var st outboxadmin.Status
 	callJSON(t, h, http.MethodGet, "/api/status", "", nil, http.StatusOK, &st)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/internal/sqlq"
+	"github.com/outboxkit/outbox/relay"
 )
 
 // Status is the backlog at a glance.
@@ -45,6 +46,8 @@ type Status struct {
 	ByPartition []PartitionCount `json:"by_partition"`
 	// Relays are the live relays and the partitions they lease.
 	Relays []Relay `json:"relays"`
+	// Pauses are the active pauses (relay.Pause), newest first.
+	Pauses []relay.Paused `json:"pauses"`
 	// History holds the handler's recent samples, oldest first.
 	History []Sample `json:"history"`
 }
@@ -205,7 +208,7 @@ func (s *store) status(ctx context.Context, after int64) (Status, int64, error) 
 	}); err != nil {
 		return st, 0, fmt.Errorf("read counts by type: %w", err)
 	}
-	rows, err = s.o.Pool.Query(ctx, s.q("admin_by_partition"), defaultPartitions)
+	rows, err = s.o.Pool.Query(ctx, s.q("admin_by_partition"), relay.DefaultPartitions)
 	if err != nil {
 		return st, 0, fmt.Errorf("read counts by partition: %w", err)
 	}
@@ -234,12 +237,11 @@ func (s *store) status(ctx context.Context, after int64) (Status, int64, error) 
 	}); err != nil {
 		return st, 0, fmt.Errorf("read relays: %w", err)
 	}
+	if st.Pauses, err = relay.ListPauses(ctx, s.o.Pool, s.o.Schema, false, 0); err != nil {
+		return st, 0, fmt.Errorf("read pauses: %w", err)
+	}
 	return st, written, nil
 }
-
-// defaultPartitions is the relay's default partition count, listed before any relay
-// recorded its own (relay.DefaultPartitions; this package does not import relay).
-const defaultPartitions = 16
 
 // events lists one page of events in seq order after seq after.
 func (s *store) events(ctx context.Context, f Filter, state string, after int64, limit int) ([]Event, error) {

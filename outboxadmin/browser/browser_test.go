@@ -148,6 +148,42 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !strings.Contains(audit, "alice") || !strings.Contains(audit, "consumer fixed (browser test)") {
 		t.Fatalf("the audit page does not show the replay: %q", audit)
 	}
+
+	// Pause an aggregate type through the pauses page: the overview says so; resume it
+	// through the same page.
+	must(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"pauses"),
+		chromedp.WaitVisible(chromedp.ID("pause-submit")),
+		chromedp.SetValue(chromedp.ID("pause-kind"), "aggregate_type"),
+		chromedp.SendKeys(chromedp.ID("pause-aggregate-type"), "order"),
+		chromedp.SendKeys(chromedp.ID("pause-actor"), "carol"),
+		chromedp.SendKeys(chromedp.ID("pause-reason"), "broker migration (browser test)"),
+		chromedp.SendKeys(chromedp.ID("pause-token"), token),
+		chromedp.Click(chromedp.ID("pause-submit")),
+		chromedp.WaitVisible(chromedp.ID("message")),
+	))
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.pauses WHERE resumed_at IS NULL AND aggregate_type = 'order' AND paused_by = 'carol'`); n != 1 {
+		t.Fatalf("%d active pauses of order by carol after the pause form", n)
+	}
+	checkPage(ctx, t, base+"pauses", filepath.Join(artifacts, "page-pauses.png"))
+	must(t, chromedp.Do(ctx, chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("p.paused"))))
+	banner, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("p.paused")))
+	must(t, err)
+	if !strings.Contains(banner, `Paused: aggregate type "order"`) {
+		t.Fatalf("the overview's pause banner: %q", banner)
+	}
+	must(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"pauses"),
+		chromedp.WaitVisible(chromedp.ID("resume-submit-0")),
+		chromedp.SendKeys(chromedp.ID("resume-actor-0"), "carol"),
+		chromedp.SendKeys(chromedp.ID("resume-reason-0"), "done"),
+		chromedp.SendKeys(chromedp.ID("resume-token-0"), token),
+		chromedp.Click(chromedp.ID("resume-submit-0")),
+		chromedp.WaitVisible(chromedp.ID("message")),
+	))
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.pauses WHERE resumed_at IS NULL`); n != 0 {
+		t.Fatalf("%d active pauses after the resume form", n)
+	}
 	t.Logf("screenshots in %s", artifacts)
 }
 

@@ -12,6 +12,8 @@
 -- rows made pending again, below any floor) is seen here, in the claim's own snapshot,
 -- and the claim reads from the first row.
 --
+-- paused is what is paused, for the claims' filters.
+--
 -- seen is what the relay learns from the claim (claim_seen.sql returns it): the lowest
 -- pending seq at or above the floor, the snapshot's xmin and xmax (as bigints) and the
 -- last replay's id.
@@ -28,4 +30,17 @@ WITH RECURSIVE replayed AS MATERIALIZED (
            pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin,
            pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax,
            (SELECT id FROM replayed) AS replays
+), paused AS MATERIALIZED (
+    -- the active pauses (0008_pauses.sql, docs/adr/0025-pause-in-the-claim.md), read in
+    -- this statement's snapshot, so a pause holds every claim that starts after its
+    -- commit, in every relay of the schema: everything, or the relay partitions parts
+    -- (of n: event partition p is in relay partition p * n / 4096), or the aggregate
+    -- types types. A scan of pauses_active's few rows. The floor above ignores pauses:
+    -- a paused row stays below it, pending, and is claimed after the resume.
+    SELECT coalesce(bool_or(ps.scope = 'all'), false) AS everything,
+           coalesce(array_agg(ps.partition) FILTER (WHERE ps.scope = 'partition'), '{}') AS parts,
+           coalesce((SELECT c.partitions FROM {{schema}}.relay_config c), 1) AS n,
+           coalesce(array_agg(ps.aggregate_type) FILTER (WHERE ps.scope = 'aggregate_type'), '{}') AS types
+    FROM {{schema}}.pauses ps
+    WHERE ps.resumed_at IS NULL
 ),

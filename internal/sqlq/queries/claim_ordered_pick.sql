@@ -72,7 +72,8 @@ near AS MATERIALIZED (
         LIMIT 1) n
 ), share AS MATERIALIZED (
     SELECT greatest(1, $4::int / greatest(CASE WHEN (SELECT ok FROM few)
-        THEN (SELECT count(DISTINCT n.aggregate_type) FROM near n) ELSE (SELECT count(*) FROM types) END, 1)) AS heads
+        THEN (SELECT count(DISTINCT n.aggregate_type) FROM near n WHERE NOT n.aggregate_type = ANY((SELECT types FROM paused)::text[]))
+        ELSE (SELECT count(*) FROM types t WHERE NOT t.aggregate_type = ANY((SELECT types FROM paused)::text[])) END, 1)) AS heads
 ), heads AS MATERIALIZED (
 SELECT c.*,
     -- the first later dead event that holds the aggregate, if any: its followers stop
@@ -135,6 +136,7 @@ FROM (
     ) a
     WHERE a.available_at <= now()
       AND ($3::int[] IS NULL OR a.partition * $8::int / 4096 = ANY($3::int[]))
+      AND NOT a.partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])
       -- not held by an earlier dead event (one probe of events_held)
       AND (a.aggregate_type = ANY($6::text[]) OR (
           SELECT d.seq FROM {{schema}}.events d
@@ -143,6 +145,8 @@ FROM (
           LIMIT 1) IS NULL)
     LIMIT (SELECT heads FROM share)
   ) h
+  -- a paused type is not read at all, nor anything when everything is paused
+  WHERE NOT ty.aggregate_type = ANY((SELECT types FROM paused)::text[]) AND NOT (SELECT everything FROM paused)
   UNION ALL
   -- few: the same heads from near, which holds every pending row: each aggregate's
   -- first row there, in the rotation's order per type (after the cursor, then wrapped),
@@ -158,6 +162,10 @@ FROM (
     ) a
     WHERE a.available_at <= now()
       AND ($3::int[] IS NULL OR a.partition * $8::int / 4096 = ANY($3::int[]))
+      -- not paused (claim_floor.sql)
+      AND NOT (SELECT everything FROM paused)
+      AND NOT a.aggregate_type = ANY((SELECT types FROM paused)::text[])
+      AND NOT a.partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])
       AND (a.aggregate_type = ANY($6::text[]) OR (
           SELECT d.seq FROM {{schema}}.events d
           WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id

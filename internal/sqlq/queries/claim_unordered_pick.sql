@@ -12,6 +12,10 @@ picked AS (
     WHERE published_at IS NULL AND dead_at IS NULL
       AND available_at <= now()
       AND seq >= (SELECT min_pending FROM seen)
+      -- not paused (claim_floor.sql): a paused row is stepped over, not claimed
+      AND NOT (SELECT everything FROM paused)
+      AND NOT aggregate_type = ANY((SELECT types FROM paused)::text[])
+      AND NOT partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])
     ORDER BY seq
     LIMIT $3
     FOR UPDATE SKIP LOCKED

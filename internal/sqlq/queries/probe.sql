@@ -10,6 +10,10 @@ ready AS MATERIALIZED (
         SELECT 1 FROM {{schema}}.events
         WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= now()
           AND seq >= (SELECT min_pending FROM seen)
-          AND ($3::int[] IS NULL OR partition * $4::int / 4096 = ANY($3::int[]))) AS ready
+          AND ($3::int[] IS NULL OR partition * $4::int / 4096 = ANY($3::int[]))
+          -- not paused: a relay whose every row is paused stays idle
+          AND NOT (SELECT everything FROM paused)
+          AND NOT aggregate_type = ANY((SELECT types FROM paused)::text[])
+          AND NOT partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])) AS ready
 )
 SELECT (SELECT ready FROM ready), {{include claim_seen}}

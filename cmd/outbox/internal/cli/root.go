@@ -134,7 +134,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.cfgFile, configFlag, "", "YAML configuration file (env "+configEnv+")")
 	addFlags(root.PersistentFlags(), scopeGlobal)
 	root.AddCommand(a.migrateCommand(), a.statusCommand(), a.deadCommand(),
-		a.actionCommand(actionReplay), a.actionCommand(actionDiscard), a.relayCommand(), a.configCommand(), a.purgeCommand(), a.tailCommand(), a.demoCommand())
+		a.actionCommand(actionReplay), a.actionCommand(actionDiscard), a.pauseCommand(false), a.pauseCommand(true), a.relayCommand(), a.configCommand(), a.purgeCommand(), a.tailCommand(), a.demoCommand())
 	return root
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox/relay"
 )
 
 // Status is what `outbox status` reports (its --json form).
@@ -28,6 +30,8 @@ type Status struct {
 	Partitions        int               `json:"partitions,omitempty"`
 	EventTypes        []EventTypeStatus `json:"event_types"`
 	RelayPartitions   []PartitionStatus `json:"relay_partitions"`
+	// Pauses are the active pauses (outbox pause), newest first.
+	Pauses []relay.Paused `json:"pauses"`
 }
 
 // EventTypeStatus is one event type's line of [Status].
@@ -89,6 +93,11 @@ func age(now time.Time, t *time.Time) float64 {
 // status reads the Status of the schema.
 func (a *app) status(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 	st := Status{Schema: a.cfg.Schema, EventTypes: []EventTypeStatus{}, RelayPartitions: []PartitionStatus{}}
+	pauses, err := relay.ListPauses(ctx, pool, a.cfg.Schema, false, 0)
+	if err != nil {
+		return st, tableError("pauses", err)
+	}
+	st.Pauses = pauses
 	q, err := a.query("status_summary")
 	if err != nil {
 		return st, err
@@ -164,6 +173,9 @@ func (a *app) printStatus(st Status) {
 	}
 	a.printf("\npending: %d\noldest pending age: %s\ndead: %d\nblocked aggregates: %d\n",
 		st.Pending, time.Duration(st.OldestPendingSeconds*float64(time.Second)).Round(time.Millisecond), st.Dead, st.BlockedAggregates)
+	for _, p := range st.Pauses {
+		a.printf("PAUSED %s since %s by %s: %s\n", p.Scope, p.At.Format(time.RFC3339), p.By, p.Reason)
+	}
 	if len(st.EventTypes) > 0 {
 		a.println()
 		w := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)

@@ -8,7 +8,7 @@
 --   events_pending with LIMIT 1. Due: available now, or within $4 — rows held in flight
 --   by a Publish call that outlived its batch are pending with available_at up to the
 --   batch timeout ahead, and a hung sink must count as a stall; a retry backing off for
---   longer is no backlog of the relay's (nor is a delayed event);
+--   longer is no backlog of the relay's (nor is a delayed event, nor a paused one);
 --   how many leases this relay holds.
 SELECT pg_table_size('{{schema}}.events'::regclass) AS table_bytes,
        pg_indexes_size('{{schema}}.events'::regclass) AS index_bytes,
@@ -21,6 +21,11 @@ SELECT pg_table_size('{{schema}}.events'::regclass) AS table_bytes,
                  AND NOT EXISTS (SELECT FROM {{schema}}.events h
                                  WHERE h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id
                                    AND h.dead_at IS NOT NULL AND h.discarded_at IS NULL AND h.seq < e.seq)
+                 -- not paused (outbox pause): a paused scope is held on purpose, no stall
+                 AND NOT EXISTS (SELECT FROM {{schema}}.pauses ps
+                                 WHERE ps.resumed_at IS NULL
+                                   AND (ps.scope = 'all' OR ps.aggregate_type = e.aggregate_type
+                                        OR ps.partition = e.partition::int * $3::int / 4096))
                  AND ($2 = 'unordered' OR e.partition::int * $3::int / 4096 IN
                       (SELECT partition FROM {{schema}}.leases WHERE owner = $1 AND expires_at > now()))
                LIMIT 1) AS owned_backlog,
