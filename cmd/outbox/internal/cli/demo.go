@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
@@ -82,8 +83,9 @@ type DemoSummary struct {
 	// RelayKills and BrokerOutages count the faults injected.
 	RelayKills    int `json:"relay_kills"`
 	BrokerOutages int `json:"broker_outages"`
-	// P99CommitToConsumeMS is the 99th percentile, over the run, of the time from an
-	// order's created_at to its effect's handler, in milliseconds.
+	// P99CommitToConsumeMS is the 99th percentile, over the run, of the time from just
+	// before the producer sent an order's COMMIT to its effect's handler, in
+	// milliseconds (one process, one clock).
 	P99CommitToConsumeMS float64 `json:"p99_commit_to_consume_ms"`
 	// Interrupted: the run was stopped (Ctrl-C) before it drained.
 	Interrupted bool `json:"interrupted"`
@@ -135,6 +137,8 @@ type demo struct {
 	a        *app
 	flags    demoFlags
 	pool     *pgxpool.Pool
+	producer *pgxpool.Pool // the orders service's; commits is its tracer
+	commits  *commitClock  // when each order's COMMIT was sent
 	monitor  *pgxpool.Pool // the progress line's
 	nats     *demoNATS
 	sku      string
@@ -224,6 +228,16 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 		return fmt.Errorf("demo: database: %w", err)
 	}
 	defer d.monitor.Close()
+	// The producer's own pool: its tracer takes the time just before each order's
+	// COMMIT is sent, where commit→consume starts.
+	d.commits = newCommitClock()
+	prc := pc.Copy()
+	prc.MaxConns = 16
+	prc.ConnConfig.Tracer = d.commits
+	if d.producer, err = pgxpool.NewWithConfig(ctx, prc); err != nil {
+		return fmt.Errorf("demo: database: %w", err)
+	}
+	defer d.producer.Close()
 	if err := orders.Migrate(ctx, d.pool); err != nil {
 		return fmt.Errorf("demo: migrate: %w", err)
 	}
@@ -261,7 +275,7 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 		return fmt.Errorf("demo: %w", err)
 	}
 
-	svc, err := orders.NewService(d.pool, nil)
+	svc, err := orders.NewService(d.producer, nil)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -706,8 +720,10 @@ func (d *demo) runConsumer(ctx context.Context, js jetstream.JetStream) {
 			return err
 		}
 		var e orders.OrderPlaced
-		if json.Unmarshal(msg.Payload, &e) == nil && !e.PlacedAt.IsZero() {
-			d.lat.add(time.Since(e.PlacedAt))
+		if json.Unmarshal(msg.Payload, &e) == nil {
+			if sent, ok := d.commits.take(e.OrderID); ok {
+				d.lat.add(time.Since(sent))
+			}
 		}
 		return nil
 	}
@@ -734,6 +750,62 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
+}
+
+// commitClock is the producer pool's query tracer: it takes the time just before each
+// COMMIT of a transaction that inserted an order is sent, by the order's id, for the
+// commit→consume latency. Not the order's created_at: that is the transaction's start,
+// on the database's clock.
+type commitClock struct {
+	mu   sync.Mutex
+	open map[*pgx.Conn]uuid.UUID // the order each connection's open transaction inserted
+	sent map[uuid.UUID]time.Time // taken just before the order's COMMIT was sent
+}
+
+func newCommitClock() *commitClock {
+	return &commitClock{open: map[*pgx.Conn]uuid.UUID{}, sent: map[uuid.UUID]time.Time{}}
+}
+
+// TraceQueryStart runs just before each statement is sent: BEGIN forgets the
+// connection's order, the order's INSERT (its first argument the order id) notes it,
+// and COMMIT takes the time for it.
+func (c *commitClock) TraceQueryStart(ctx context.Context, conn *pgx.Conn, q pgx.TraceQueryStartData) context.Context {
+	sql := strings.TrimSpace(q.SQL)
+	switch {
+	case strings.EqualFold(sql, "commit"):
+		now := time.Now()
+		c.mu.Lock()
+		if id, ok := c.open[conn]; ok {
+			c.sent[id] = now
+			delete(c.open, conn)
+		}
+		c.mu.Unlock()
+	case strings.HasPrefix(strings.ToLower(sql), "begin"), strings.EqualFold(sql, "rollback"):
+		c.mu.Lock()
+		delete(c.open, conn)
+		c.mu.Unlock()
+	case strings.Contains(sql, "INSERT INTO orders"):
+		if len(q.Args) > 0 {
+			if id, ok := q.Args[0].(uuid.UUID); ok {
+				c.mu.Lock()
+				c.open[conn] = id
+				c.mu.Unlock()
+			}
+		}
+	}
+	return ctx
+}
+
+// TraceQueryEnd does nothing: the time is taken before the COMMIT is sent.
+func (*commitClock) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// take returns (and forgets) the time just before order id's COMMIT was sent.
+func (c *commitClock) take(id uuid.UUID) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.sent[id]
+	delete(c.sent, id)
+	return t, ok
 }
 
 // latencies records commit→consume latencies, for their p99.
