@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -106,6 +107,13 @@ func (r *Relay) notified(payload string) {
 
 // Owner returns the id this relay uses in the leases and relay_members tables.
 func (r *Relay) Owner() string { return r.owner }
+
+// Config returns the relay's configuration with every default applied (a copy).
+func (r *Relay) Config() Config {
+	c := r.cfg
+	c.PublishPastDead = slices.Clone(c.PublishPastDead)
+	return c
+}
 
 // ErrConfigMismatch is returned by Run when relay_config records another mode or
 // partition count than this relay's.

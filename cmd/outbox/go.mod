@@ -4,6 +4,8 @@ go 1.26.0
 
 replace github.com/outboxkit/outbox => ../..
 
+replace github.com/outboxkit/outbox/outboxprom => ../../outboxprom
+
 replace github.com/outboxkit/outbox/sink/natssink => ../../sink/natssink
 
 replace github.com/outboxkit/outbox/sink/kafkasink => ../../sink/kafkasink
@@ -24,6 +26,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/outboxotel v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/outboxprom v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/sink/amqpsink v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/sink/kafkasink v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/sink/natssink v0.0.0-00010101000000-000000000000

@@ -22,3 +22,13 @@ func (a *app) query(name string) (string, error) {
 	}
 	return sqlq.Render(string(b), quoted), nil
 }
+
+// coreQuery returns the named query of the core module's set (internal/sqlq), rendered
+// for the configured schema: the queries this command shares with the libraries.
+func (a *app) coreQuery(name string) (string, error) {
+	quoted, err := sqlq.QuoteSchema(a.cfg.Schema)
+	if err != nil {
+		return "", usagef("schema: %w", err)
+	}
+	return sqlq.Query(name, quoted), nil
+}

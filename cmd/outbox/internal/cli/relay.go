@@ -93,12 +93,12 @@ func (a *app) runRelay(ctx context.Context) error {
 	cfg.Schema = a.cfg.Schema
 	cfg.Logger = a.log // the relay adds relay_id and schema to its lines
 	mon := newMonitor(pool, a.cfg)
-	cfg.Observer = mon
+	cfg.Observer = mon.metrics
 	r, err := relay.New(pool, sink, &cfg) // checks the configuration before connecting
 	if err != nil {
 		return usageError{keyedRelayError(err)}
 	}
-	mon.relay = r
+	mon.metrics.Watch(r)
 	if err := ping(ctx, pool); err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (a *app) runRelay(ctx context.Context) error {
 	}
 	monCtx, monStop := context.WithCancel(context.WithoutCancel(ctx))
 	monDone := make(chan struct{})
-	go func() { defer close(monDone); mon.run(monCtx) }()
+	go func() { defer close(monDone); mon.metrics.Run(monCtx) }()
 
 	log.Info("relay starting", slog.String("schema", cfg.Schema), slog.String("mode", string(cmpOr(string(cfg.Mode), string(relay.DefaultMode)))), slog.String("sink", a.cfg.Sink.Type))
 	start := time.Now()

@@ -98,7 +98,7 @@ func (a *app) status(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 		return st, tableError("pauses", err)
 	}
 	st.Pauses = pauses
-	q, err := a.query("status_summary")
+	q, err := a.coreQuery("status_summary")
 	if err != nil {
 		return st, err
 	}

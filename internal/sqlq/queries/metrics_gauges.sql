@@ -1,4 +1,4 @@
--- gauges: the daemon's cheap database gauges, one round trip. $1: this relay's owner
+-- metrics_gauges: outboxprom's cheap database gauges, one round trip. $1: this relay's owner
 -- id; $2: its mode; $3: its partition count; $4: its batch timeout and a margin.
 --   the events table's and its indexes' sizes (catalog lookups, no scan);
 --   the age of the oldest transaction snapshot of the database (backend_xmin: it holds

@@ -1,4 +1,4 @@
-package cli
+package outboxprom
 
 import (
 	"context"
@@ -53,26 +53,32 @@ var (
 	descLeases    = prometheus.NewDesc("outbox_leases_held", "Partition leases this relay holds.", nil, nil)
 )
 
-// Describe implements prometheus.Collector.
-func (m *monitor) Describe(ch chan<- *prometheus.Desc) {
+// Describe implements [prometheus.Collector].
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range relayCounters {
 		ch <- c.desc
 	}
 	for _, d := range []*prometheus.Desc{descWorkers, descListening, descUp, descPending, descOldest, descDead, descBlocked, descTable, descIndex, descXmin, descLeases} {
 		ch <- d
 	}
+	m.outcomes.Describe(ch)
+	m.batchDuration.Describe(ch)
+	m.latency.Describe(ch)
 }
 
-// Collect implements prometheus.Collector: the relay's counters, and the database
-// gauges cached for metrics.interval.
-func (m *monitor) Collect(ch chan<- prometheus.Metric) {
+// Collect implements [prometheus.Collector]: the relay's counters, the outcomes and
+// histograms the Observer fed, and the database gauges cached for Interval.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.outcomes.Collect(ch)
+	m.batchDuration.Collect(ch)
+	m.latency.Collect(ch)
 	s := m.relay.Stats()
 	for _, c := range relayCounters {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.get(s)))
 	}
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(s.Workers))
 	ch <- prometheus.MustNewConstMetric(descListening, prometheus.GaugeValue, b2f(s.WakeupListening))
-	m.refresh(context.Background(), false)
+	m.refresh(context.Background())
 	m.mu.Lock()
 	g, ok := m.db, m.dbErr == nil && !m.dbAt.IsZero()
 	m.mu.Unlock()
