@@ -193,8 +193,8 @@ func Run(t *testing.T, s *Scenario) Result {
 		deadline := time.Now().Add(s.Timeout)
 		for !cond() {
 			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %s waiting for %s: %d effects of %d distinct events, %d events written",
-					s.Timeout, what, effects(), count(`SELECT count(DISTINCT event_id) FROM effects`), count(`SELECT count(*) FROM outbox.events`))
+				t.Fatalf("timed out after %s waiting for %s: %d effects of %d distinct events; %d events written, %d of them without an effect",
+					s.Timeout, what, effects(), count(`SELECT count(DISTINCT event_id) FROM effects`), count(`SELECT count(*) FROM outbox.events`), count(noEffect))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -222,7 +222,7 @@ func Run(t *testing.T, s *Scenario) Result {
 	if got, distinct := effects(), count(`SELECT count(DISTINCT event_id) FROM effects`); got != s.Events || distinct != s.Events {
 		t.Fatalf("%d effects of %d distinct events, want %d of %d (0 lost, 0 doubled)", got, distinct, s.Events, s.Events)
 	}
-	if lost := count(`SELECT count(*) FROM outbox.events e WHERE NOT EXISTS (SELECT FROM effects f WHERE f.event_id = e.id)`); lost != 0 {
+	if lost := count(noEffect); lost != 0 {
 		t.Fatalf("%d committed events have no effect", lost)
 	}
 	if n := count(`SELECT count(*) FROM (SELECT version, lag(version) OVER (PARTITION BY aggregate_id ORDER BY n) AS prev FROM effects) e
@@ -231,6 +231,9 @@ func Run(t *testing.T, s *Scenario) Result {
 	}
 	return Result{Unparked: count(`SELECT count(*) - count(DISTINCT tx) FROM effects`)}
 }
+
+// noEffect counts the committed events without an effect.
+const noEffect = `SELECT count(*) FROM outbox.events e WHERE NOT EXISTS (SELECT FROM effects f WHERE f.event_id = e.id)`
 
 // Result is what a run saw besides its checks.
 type Result struct {
