@@ -124,7 +124,7 @@ type proc struct{ cmd *exec.Cmd }
 // output appended to log.
 func (s *Scenario) spawn(t *testing.T, role string, log *os.File) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestE2ERole$", "-test.count=1", "-test.v")
+	cmd := exec.CommandContext(context.Background(), os.Args[0], "-test.run=^TestE2ERole$", "-test.count=1", "-test.v") //nolint:gosec // G702: this test binary itself
 	cmd.Env = append(append(os.Environ(), RoleEnv+"="+role, DBEnv+"="+s.DB), s.Env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
