@@ -78,6 +78,9 @@ type Config struct {
 	// Logger receives a warning for each quarantined event and debug lines for
 	// skipped ones. Default: discard.
 	Logger *slog.Logger
+	// Observer, when set, is told what each Process, ProcessSQL, ProcessSQLTx and
+	// Replay call did (for metrics: outcomes, counts, handler time, lag). Default: none.
+	Observer Observer
 }
 
 const maxNameBytes = 200

@@ -28,6 +28,7 @@ type Consumer struct {
 	firstVersion FirstVersion
 	accept       map[Schema]bool // nil: every pair
 	logger       *slog.Logger
+	observer     Observer
 	q            *queries
 	stats        counters
 }
@@ -56,7 +57,7 @@ func New(cfg *Config) (*Consumer, error) {
 	}
 	c := &Consumer{
 		name: cfg.Name, schema: schema, gap: cfg.Gap, firstVersion: cfg.FirstVersion,
-		logger: cfg.Logger, q: newQueries(quoted),
+		logger: cfg.Logger, observer: cfg.Observer, q: newQueries(quoted),
 	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
@@ -92,12 +93,12 @@ func (c *Consumer) Name() string { return c.name }
 // commit. The counters ([Consumer.Stats]) count such a call when Process returns, also
 // if the caller then rolls back.
 func (c *Consumer) Process(ctx context.Context, db outbox.TxBeginner, msg outbox.Message, h Handler) (Result, error) {
+	start := time.Now()
 	if err := checkArgs(db == nil, h == nil); err != nil {
 		return Result{}, err
 	}
 	if err := validateMessage(&msg); err != nil {
-		c.stats.errors.Add(1)
-		return Result{}, err
+		return c.invalid(start, msg, err)
 	}
 	var res Result
 	var st tally
@@ -108,7 +109,7 @@ func (c *Consumer) Process(ctx context.Context, db outbox.TxBeginner, msg outbox
 		res, err = c.process(ctx, pgxConn{tx}, msg, run, &st, nil)
 		return err
 	})
-	return c.finish(ctx, msg, res, &st, err)
+	return c.finish(ctx, start, msg, res, &st, err)
 }
 
 // Process is [Consumer.Process] for a consumer with the default configuration (gap
@@ -135,20 +136,34 @@ func checkArgs(nilDB, nilHandler bool) error {
 	return nil
 }
 
-// finish counts and logs a finished call, and wraps its error.
-func (c *Consumer) finish(ctx context.Context, msg outbox.Message, res Result, st *tally, err error) (Result, error) {
+// invalid counts and reports a message refused before its transaction began.
+func (c *Consumer) invalid(start time.Time, msg outbox.Message, err error) (Result, error) {
+	c.stats.errors.Add(1)
+	c.observe(start, msg, Result{}, nil, 0, err)
+	return Result{}, err
+}
+
+// finish counts, reports and logs a finished call that began at start, and wraps its
+// error. st is what the call's transaction did: counted when err is nil; on an error,
+// only its handler time is reported (st may then be nil).
+func (c *Consumer) finish(ctx context.Context, start time.Time, msg outbox.Message, res Result, st *tally, err error) (Result, error) {
 	if err != nil {
 		if errors.Is(err, ErrGap) {
 			c.stats.gapRetries.Add(1)
 		} else {
 			c.stats.errors.Add(1)
 		}
-		return Result{}, fmt.Errorf("inbox: process event %s for %s: %w", msg.ID, c.name, err)
+		err = fmt.Errorf("inbox: process event %s for %s: %w", msg.ID, c.name, err)
+		c.observe(start, msg, Result{}, st, 0, err)
+		return Result{}, err
 	}
 	c.stats.add(st)
+	var lag time.Duration
 	if res.Outcome == Applied && !msg.CreatedAt.IsZero() {
-		c.stats.lag.Store(int64(time.Since(msg.CreatedAt)))
+		lag = time.Since(msg.CreatedAt)
+		c.stats.lag.Store(int64(lag))
 	}
+	c.observe(start, msg, res, st, lag, nil)
 	for _, q := range st.quarantined {
 		c.logger.WarnContext(ctx, "quarantined event", slog.String("consumer", c.name), slog.String("event_id", q.msg.ID.String()),
 			slog.String("event_type", q.msg.EventType), slog.Int("schema_version", q.msg.SchemaVersion),

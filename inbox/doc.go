@@ -29,6 +29,12 @@
 // aggregate's later events wait in the park. [Consumer.Quarantined] lists the
 // quarantine; [Consumer.Replay] runs a quarantined event again (after the fix).
 //
+// # Metrics
+//
+// [Consumer.Stats] counts what a consumer did; [Config.Observer] is told what each call
+// did — outcome, counts, handler time, lag — for a metrics exporter, in the shape of the
+// relay's Observer.
+//
 // # Schema
 //
 // The tables come from package outboxmigrate's inbox set, which needs none of the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/sqlq"
@@ -71,7 +72,7 @@ func (c *Consumer) process(ctx context.Context, db conn, msg outbox.Message, run
 	}
 
 	if msg.AggregateVersion == 0 {
-		q, err := c.apply(ctx, db, msg, run)
+		q, err := c.apply(ctx, db, msg, run, st)
 		if err != nil {
 			return Result{}, err
 		}
@@ -107,7 +108,7 @@ func (c *Consumer) process(ctx context.Context, db conn, msg outbox.Message, run
 	}
 
 	// The next version (or past a gap, GapApply): apply it, then what it unparks.
-	q, err := c.apply(ctx, db, msg, run)
+	q, err := c.apply(ctx, db, msg, run, st)
 	if err != nil {
 		return Result{}, err
 	}
@@ -149,7 +150,7 @@ func (c *Consumer) unpark(ctx context.Context, db conn, msg outbox.Message, last
 		if p.AggregateVersion != newLast+1 {
 			break
 		}
-		q, err := c.apply(ctx, db, p, run)
+		q, err := c.apply(ctx, db, p, run, st)
 		if err != nil {
 			return 0, fmt.Errorf("apply parked event %s (version %d): %w", p.ID, p.AggregateVersion, err)
 		}
@@ -176,8 +177,8 @@ func (c *Consumer) unpark(ctx context.Context, db conn, msg outbox.Message, last
 
 // apply runs the handler on msg in a savepoint. A panic or a permanent error rolls back
 // to the savepoint and returns the quarantine record to write; any other error is
-// returned (the whole transaction rolls back).
-func (c *Consumer) apply(ctx context.Context, db conn, msg outbox.Message, run runFunc) (*quarantineRecord, error) {
+// returned (the whole transaction rolls back). The handler's time is added to st.
+func (c *Consumer) apply(ctx context.Context, db conn, msg outbox.Message, run runFunc, st *tally) (*quarantineRecord, error) {
 	if !c.accepts(msg) {
 		q := c.schemaRecord(msg)
 		return &q, nil
@@ -185,7 +186,9 @@ func (c *Consumer) apply(ctx context.Context, db conn, msg outbox.Message, run r
 	if _, err := db.exec(ctx, c.q.savepoint); err != nil {
 		return nil, fmt.Errorf("open the handler's savepoint: %w", err)
 	}
+	began := time.Now()
 	err := call(ctx, run, msg)
+	st.handler += time.Since(began)
 	if err == nil {
 		if _, err := db.exec(ctx, c.q.release); err != nil {
 			return nil, fmt.Errorf("release the handler's savepoint: %w", err)

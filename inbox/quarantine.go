@@ -90,6 +90,7 @@ func (c *Consumer) Quarantined(ctx context.Context, db Querier, opts *ListOption
 // quarantined again, with the new reason and one more attempt. Replay returns
 // [ErrNotQuarantined] for an event not in the quarantine.
 func (c *Consumer) Replay(ctx context.Context, db outbox.TxBeginner, eventID uuid.UUID, h Handler) (Result, error) {
+	start := time.Now()
 	if err := checkArgs(db == nil, h == nil); err != nil {
 		return Result{}, err
 	}
@@ -112,7 +113,7 @@ func (c *Consumer) Replay(ctx context.Context, db outbox.TxBeginner, eventID uui
 		return Result{}, fmt.Errorf("inbox: replay event %s for %s: %w", eventID, c.name, err)
 	}
 	msg.ID = eventID
-	return c.finish(ctx, msg, res, &st, err)
+	return c.finish(ctx, start, msg, res, &st, err)
 }
 
 // take deletes an event's quarantine row and returns the event and its attempts.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/outboxkit/outbox"
 )
@@ -23,42 +24,42 @@ type SQLBeginner interface {
 // pgx's stdlib or lib/pq): it begins a transaction on db, processes msg with h and
 // commits. Ack the broker after it returned a nil error.
 func (c *Consumer) ProcessSQL(ctx context.Context, db SQLBeginner, msg outbox.Message, h SQLHandler) (Result, error) {
+	start := time.Now()
 	if err := checkArgs(db == nil, h == nil); err != nil {
 		return Result{}, err
 	}
 	if err := validateMessage(&msg); err != nil {
-		c.stats.errors.Add(1)
-		return Result{}, err
+		return c.invalid(start, msg, err)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return c.finish(ctx, msg, Result{}, nil, fmt.Errorf("begin: %w", err))
+		return c.finish(ctx, start, msg, Result{}, nil, fmt.Errorf("begin: %w", err))
 	}
 	var st tally
 	run := func(ctx context.Context, m outbox.Message) error { return h(ctx, tx, m) }
 	res, err := c.process(ctx, sqlConn{tx}, msg, run, &st, nil)
 	if err != nil {
-		return c.finish(ctx, msg, Result{}, nil, errors.Join(err, rollback(tx)))
+		return c.finish(ctx, start, msg, Result{}, &st, errors.Join(err, rollback(tx)))
 	}
 	if err := tx.Commit(); err != nil {
-		return c.finish(ctx, msg, Result{}, nil, fmt.Errorf("commit: %w", err))
+		return c.finish(ctx, start, msg, Result{}, &st, fmt.Errorf("commit: %w", err))
 	}
-	return c.finish(ctx, msg, res, &st, nil)
+	return c.finish(ctx, start, msg, res, &st, nil)
 }
 
 // ProcessSQLTx is [Consumer.ProcessSQL] inside the caller's open transaction, in a
 // savepoint of it: on an error the savepoint is rolled back and tx stays usable. Nothing
 // is durable until the caller commits: ack after that commit.
 func (c *Consumer) ProcessSQLTx(ctx context.Context, tx *sql.Tx, msg outbox.Message, h SQLHandler) (Result, error) {
+	start := time.Now()
 	if err := checkArgs(tx == nil, h == nil); err != nil {
 		return Result{}, err
 	}
 	if err := validateMessage(&msg); err != nil {
-		c.stats.errors.Add(1)
-		return Result{}, err
+		return c.invalid(start, msg, err)
 	}
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT outbox_inbox_process"); err != nil {
-		return c.finish(ctx, msg, Result{}, nil, fmt.Errorf("open a savepoint: %w", err))
+		return c.finish(ctx, start, msg, Result{}, nil, fmt.Errorf("open a savepoint: %w", err))
 	}
 	var st tally
 	run := func(ctx context.Context, m outbox.Message) error { return h(ctx, tx, m) }
@@ -67,12 +68,12 @@ func (c *Consumer) ProcessSQLTx(ctx context.Context, tx *sql.Tx, msg outbox.Mess
 		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT outbox_inbox_process"); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("roll back the savepoint: %w", rerr))
 		}
-		return c.finish(ctx, msg, Result{}, nil, err)
+		return c.finish(ctx, start, msg, Result{}, &st, err)
 	}
 	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT outbox_inbox_process"); err != nil {
-		return c.finish(ctx, msg, Result{}, nil, fmt.Errorf("release the savepoint: %w", err))
+		return c.finish(ctx, start, msg, Result{}, &st, fmt.Errorf("release the savepoint: %w", err))
 	}
-	return c.finish(ctx, msg, res, &st, nil)
+	return c.finish(ctx, start, msg, res, &st, nil)
 }
 
 func rollback(tx *sql.Tx) error {

@@ -43,6 +43,7 @@ type counters struct {
 type tally struct {
 	applied, duplicates, stale, parked, unparked, replayed int64
 	quarantined                                            []quarantineRecord
+	handler                                                time.Duration // in the handler, all its calls
 }
 
 func (c *counters) add(t *tally) {
