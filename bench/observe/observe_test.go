@@ -36,8 +36,8 @@ func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) err
 func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
 // drainEvents is how many events one drain writes: 1000 aggregates, 20 events each,
-// each event with a sampled traceparent of its own (as producers using
-// outboxotel.Inject write them).
+// each event with a traceparent of its own (as producers using outboxotel.Inject write
+// them), sampled or not as the arm says.
 const drainEvents = 20000
 
 // drainPoll is the idle relay's poll interval: it is woken when the events are written,
@@ -53,6 +53,9 @@ type arm struct {
 	counter *countSink
 	want    int64
 	took    time.Duration
+	// sampledEvery: one event in sampledEvery has a sampled traceparent (flags 01), the
+	// others an unsampled one (00): producers sampling 1/sampledEvery of their traces.
+	sampledEvery int
 }
 
 // newArm starts a relay (ordered mode, the defaults) over a fresh database. Metrics: an
@@ -60,8 +63,8 @@ type arm struct {
 // interval) and gathered every second, as a busy Prometheus would scrape. Tracing: its
 // sink wrapped in outboxotel.NewSink over an SDK TracerProvider (parent-based sampler,
 // every producer sampled, batch span processor, an exporter that discards).
-func newArm(b *testing.B, name string, metrics, tracing bool) *arm {
-	a := &arm{name: name, pool: pgtest.Pool(b), counter: &countSink{}}
+func newArm(b *testing.B, name string, metrics, tracing bool, sampledEvery int) *arm {
+	a := &arm{name: name, pool: pgtest.Pool(b), counter: &countSink{}, sampledEvery: sampledEvery}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	var sink outbox.Sink = a.counter
@@ -122,8 +125,9 @@ func (a *arm) drain(b *testing.B) time.Duration {
 	ctx := context.Background()
 	if _, err := a.pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload, trace_parent)
 		SELECT gen_random_uuid(), 'order', (g % 1000)::text, 'order.created', '{"n": 1}',
-			'00-' || md5(g::text || clock_timestamp()) || '-' || left(md5('s' || g || clock_timestamp()), 16) || '-01'
-		FROM generate_series(1, $1) AS g`, drainEvents); err != nil {
+			'00-' || md5(g::text || clock_timestamp()) || '-' || left(md5('s' || g || clock_timestamp()), 16)
+				|| CASE WHEN g % $2 = 0 THEN '-01' ELSE '-00' END
+		FROM generate_series(1, $1) AS g`, drainEvents, a.sampledEvery); err != nil {
 		b.Fatal(err)
 	}
 	a.want += drainEvents
@@ -138,18 +142,20 @@ func (a *arm) drain(b *testing.B) time.Duration {
 	return time.Since(start)
 }
 
-// BenchmarkObservabilityAB: four relays on four databases of the same PostgreSQL —
-// nothing on, metrics on, tracing on, both — each draining drainEvents events per
-// iteration, one after another in rotating order, so the machine's load falls on all
-// alike. It reports each arm's events/s and its ratio to the arm with nothing on.
+// BenchmarkObservabilityAB: five relays on five databases of the same PostgreSQL —
+// nothing on, metrics on, tracing on (every producer sampled), both, and both with
+// producers sampling one trace in ten — each draining drainEvents events per iteration,
+// one after another in rotating order, so the machine's load falls on all alike. It
+// reports each arm's events/s and its ratio to the arm with nothing on.
 //
 //	cd bench && go test -run '^$' -bench BenchmarkObservabilityAB -benchtime 10x ./observe/
 func BenchmarkObservabilityAB(b *testing.B) {
 	arms := []*arm{
-		newArm(b, "off", false, false),
-		newArm(b, "metrics", true, false),
-		newArm(b, "tracing", false, true),
-		newArm(b, "metrics+tracing", true, true),
+		newArm(b, "off", false, false, 1),
+		newArm(b, "metrics", true, false, 1),
+		newArm(b, "tracing", false, true, 1),
+		newArm(b, "metrics+tracing", true, true, 1),
+		newArm(b, "metrics+tracing-10%", true, true, 10),
 	}
 	i := 0
 	for b.Loop() {
