@@ -94,6 +94,14 @@ type Relay struct {
 	Partitions []int32    `json:"partitions"`
 	Started    *time.Time `json:"started,omitempty"`
 	Heartbeat  *time.Time `json:"heartbeat,omitempty"`
+	// BreakerOpenUntil is until when the relay's breaker keeps it off its sink (it found
+	// the sink down), as of its last heartbeat; nil while the sink is up.
+	BreakerOpenUntil *time.Time `json:"breaker_open_until,omitempty"`
+	// Published, Dead and BreakerOpens are the relay's counters since it started, as of
+	// its last heartbeat.
+	Published    int64 `json:"published"`
+	Dead         int64 `json:"dead"`
+	BreakerOpens int64 `json:"breaker_opens"`
 }
 
 // Sample is one point of the overview's history.
@@ -231,7 +239,7 @@ func (s *store) status(ctx context.Context, after int64) (Status, int64, error) 
 	}
 	var r Relay
 	st.Relays = []Relay{}
-	if _, err := pgx.ForEachRow(rows, []any{&r.Owner, &r.Partitions, &r.Started, &r.Heartbeat}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.Owner, &r.Partitions, &r.Started, &r.Heartbeat, &r.BreakerOpenUntil, &r.Published, &r.Dead, &r.BreakerOpens}, func() error {
 		st.Relays = append(st.Relays, r)
 		return nil
 	}); err != nil {

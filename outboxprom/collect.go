@@ -42,6 +42,7 @@ var relayCounters = []counterMetric{
 var (
 	descWorkers   = prometheus.NewDesc("outbox_relay_workers", "Batches the relay runs at once now.", nil, nil)
 	descListening = prometheus.NewDesc("outbox_wakeup_listening", "1 when the wake-up listener passed its self-test.", nil, nil)
+	descBreaker   = prometheus.NewDesc("outbox_breaker_open", "1 while the breaker keeps the relay off its sink (the sink was found down).", nil, nil)
 	descUp        = prometheus.NewDesc("outbox_database_up", "1 when the last read of the database gauges succeeded.", nil, nil)
 	descPending   = prometheus.NewDesc("outbox_pending_events", "Events not yet published, dead or discarded (the schema's, all relays).", nil, nil)
 	descOldest    = prometheus.NewDesc("outbox_oldest_pending_age_seconds", "Age of the oldest pending event (0 without a backlog).", nil, nil)
@@ -58,7 +59,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range relayCounters {
 		ch <- c.desc
 	}
-	for _, d := range []*prometheus.Desc{descWorkers, descListening, descUp, descPending, descOldest, descDead, descBlocked, descTable, descIndex, descXmin, descLeases} {
+	for _, d := range []*prometheus.Desc{descWorkers, descListening, descBreaker, descUp, descPending, descOldest, descDead, descBlocked, descTable, descIndex, descXmin, descLeases} {
 		ch <- d
 	}
 	m.outcomes.Describe(ch)
@@ -78,6 +79,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(s.Workers))
 	ch <- prometheus.MustNewConstMetric(descListening, prometheus.GaugeValue, b2f(s.WakeupListening))
+	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, b2f(!s.BreakerOpenUntil.IsZero()))
 	m.refresh(context.Background())
 	m.mu.Lock()
 	g, ok := m.db, m.dbErr == nil && !m.dbAt.IsZero()

@@ -17,6 +17,13 @@ type breaker struct {
 	max       time.Duration
 }
 
+// until returns until when the breaker is open; zero when closed.
+func (b *breaker) until() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.openUntil
+}
+
 func newBreaker(initial, maxDelay time.Duration) *breaker {
 	return &breaker{initial: initial, max: maxDelay, delay: initial}
 }

@@ -54,6 +54,9 @@ type leaseKeeper struct {
 	stats   *counters
 	// workAvailable is called when newly acquired partitions may hold work.
 	workAvailable func()
+	// breakerUntil reports until when the sink's breaker is open (zero: closed), for the
+	// heartbeat; set once the batcher exists.
+	breakerUntil func() time.Time
 
 	kick    chan struct{} // runs the next round now: a release or a join notified, or a batch left a releasing partition idle
 	members atomic.Int32  // live relays of the schema at the last heartbeat (this one included)
@@ -172,7 +175,14 @@ func (k *leaseKeeper) round(ctx context.Context) time.Duration {
 		renewedList []int32
 		notified    any
 	)
-	if err := k.pool.QueryRow(ctx, k.q.leaseBeat, k.owner, ttl.Milliseconds(), parts, epochs, k.channel).Scan(&members, &renewedList, &notified); err != nil {
+	var openUntil *time.Time
+	if k.breakerUntil != nil {
+		if t := k.breakerUntil(); !t.IsZero() {
+			openUntil = &t
+		}
+	}
+	if err := k.pool.QueryRow(ctx, k.q.leaseBeat, k.owner, ttl.Milliseconds(), parts, epochs, k.channel,
+		openUntil, k.stats.published.Load(), k.stats.dead.Load(), k.stats.breakerOpens.Load()).Scan(&members, &renewedList, &notified); err != nil {
 		return fail("relay heartbeat", err)
 	}
 	k.members.Store(int32(members))

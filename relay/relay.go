@@ -69,6 +69,7 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	q := newQueries(&r.cfg, quoted)
 	r.leases = newLeaseKeeper(pool, q, &r.cfg, r.owner, r.log, &r.stats, r.workFound)
 	r.batches = newBatcher(pool, sink, &r.cfg, q, r.log, &r.stats, r.leases, r.owner, workers.max, r.peerWanted, r.workFound)
+	r.leases.breakerUntil = r.batches.breaker.until
 	r.purger = &purger{pool: pool, q: q, cfg: &r.cfg, log: r.log, stats: &r.stats}
 	if c.Wakeup == WakeupListen {
 		r.listener = newListener(pool, c.Schema, r.Wake, r.notified, r.log)

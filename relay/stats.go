@@ -1,6 +1,9 @@
 package relay
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Stats counts what a relay has done since it was created.
 type Stats struct {
@@ -59,6 +62,9 @@ type Stats struct {
 	// Unordered mode with Concurrency unset its share of the default among the live
 	// relays of the schema.
 	Workers int
+	// BreakerOpenUntil is until when the breaker keeps the relay off its sink (it found
+	// the sink down); zero while it is closed.
+	BreakerOpenUntil time.Time
 }
 
 type counters struct {
@@ -83,7 +89,8 @@ func (r *Relay) Stats() Stats {
 		Purged: c.purged.Load(), LeasesAcquired: c.leasesAcquired.Load(), LeasesRescued: c.leasesRescued.Load(),
 		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
 		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(), PoisonRows: c.poisonRows.Load(), LatePublishes: c.latePublishes.Load(), Claims: c.claims.Load(),
-		WakeupListening: r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
-		Workers:         r.activeWorkers(),
+		WakeupListening:  r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
+		Workers:          r.activeWorkers(),
+		BreakerOpenUntil: r.batches.breaker.until(),
 	}
 }

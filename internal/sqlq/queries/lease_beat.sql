@@ -4,11 +4,15 @@
 -- partition not returned was taken over (its epoch moved on) and is lost. Members gone
 -- for an hour are forgotten. A relay's first heartbeat (its row is new: xmax = 0) wakes
 -- the other relays' lease rounds, if there are any, on channel $5, so they make room for
--- it at once rather than at their next round.
+-- it at once rather than at their next round. The relay's state goes with the beat
+-- (0009_relay_members_state.sql): $6 until when its breaker is open (null: closed), $7
+-- events published, $8 dead, $9 breaker openings since it started.
 WITH beat AS (
-    INSERT INTO {{schema}}.relay_members (owner, expires_at)
-    VALUES ($1, now() + $2 * interval '1 millisecond')
-    ON CONFLICT (owner) DO UPDATE SET heartbeat_at = now(), expires_at = excluded.expires_at
+    INSERT INTO {{schema}}.relay_members (owner, expires_at, breaker_open_until, published, dead, breaker_opens)
+    VALUES ($1, now() + $2 * interval '1 millisecond', $6, $7, $8, $9)
+    ON CONFLICT (owner) DO UPDATE SET heartbeat_at = now(), expires_at = excluded.expires_at,
+        breaker_open_until = excluded.breaker_open_until, published = excluded.published,
+        dead = excluded.dead, breaker_opens = excluded.breaker_opens
     RETURNING owner, xmax = 0 AS joined
 ), forget AS (
     DELETE FROM {{schema}}.relay_members WHERE expires_at < now() - interval '1 hour'

@@ -45,10 +45,22 @@ type Config struct {
 	StallAfter time.Duration
 	// MetricsInterval is how often the database gauges are recomputed (at most).
 	MetricsInterval time.Duration
+	// Admin configures the admin API and dashboard the daemon serves on HTTPListen.
+	Admin AdminConfig
 	// RedactPaths are the payload fields dead show and tail never show.
 	RedactPaths []payloadPath
 
 	origin map[string]setting // key → the value as written and its source
+}
+
+// AdminConfig configures the admin API and dashboard (outboxadmin) of `outbox relay`.
+type AdminConfig struct {
+	// Enabled serves them under /outbox/ on http.listen.
+	Enabled bool
+	// Token authorises state-changing requests; required unless ReadOnly.
+	Token string
+	// ReadOnly refuses every state-changing request.
+	ReadOnly bool
 }
 
 // SinkConfig configures the sink of the daemon.
@@ -402,6 +414,12 @@ var options = []option{
 		func(c *Config) *time.Duration { return &c.StallAfter }).in(scopeRelay),
 	duration("metrics.interval", "how often the database gauges are recomputed, at most", 10*time.Second,
 		func(c *Config) *time.Duration { return &c.MetricsInterval }).in(scopeRelay),
+	boolean("admin.enabled", "serve the admin API and dashboard (outboxadmin) under /outbox/ on http.listen", false,
+		func(c *Config) *bool { return &c.Admin.Enabled }).in(scopeRelay),
+	str("admin.token", "bearer token of the admin's state-changing requests, at least 16 bytes; required unless admin.read_only; never printed", "",
+		func(c *Config) *string { return &c.Admin.Token }).in(scopeRelay).hidden(),
+	boolean("admin.read_only", "the admin refuses every state-changing request (no token needed)", false,
+		func(c *Config) *bool { return &c.Admin.ReadOnly }).in(scopeRelay),
 }
 
 func lookup(key string) *option {

@@ -31,6 +31,7 @@ import (
 	"github.com/outboxkit/outbox/examples/orders/inventory"
 	"github.com/outboxkit/outbox/examples/orders/orders"
 	"github.com/outboxkit/outbox/internal/sqlq"
+	"github.com/outboxkit/outbox/outboxadmin"
 	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/natssink"
 )
@@ -284,7 +285,15 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	if err != nil {
 		return fmt.Errorf("demo: listen: %w", err)
 	}
-	srv := &http.Server{Handler: orders.NewHandler(svc, d.log), ReadHeaderTimeout: 5 * time.Second}
+	// The dashboard (read-only) beside the orders API, on the same listener.
+	admin, err := outboxadmin.New(outboxadmin.Options{Pool: d.pool, ReadOnly: true, PathPrefix: adminPrefix, Logger: d.log})
+	if err != nil {
+		return fmt.Errorf("demo: dashboard: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(adminPrefix, admin)
+	mux.Handle("/", orders.NewHandler(svc, d.log))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer func() {
 		sctx, cancel := context.WithTimeout(bg, 5*time.Second)
@@ -292,6 +301,7 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 		_ = srv.Shutdown(sctx)
 	}()
 	d.say("orders API: POST http://%s/orders", ln.Addr())
+	d.say("dashboard (read-only): http://%s%s", ln.Addr(), adminPrefix)
 
 	// The components run until stop, which outlives ctx by the drain.
 	run, stop := context.WithCancel(bg)

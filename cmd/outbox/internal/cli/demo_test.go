@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"net/http"
 	"os"
 	"regexp"
 	"strconv"
@@ -150,12 +151,24 @@ type cancelOn struct {
 	buf    bytes.Buffer
 	mark   string
 	cancel context.CancelFunc
+	// dashboard: the status of the demo's dashboard's /api/status, read at the first
+	// progress line (0: not read)
+	dashboard int
 }
+
+var dashboardURL = regexp.MustCompile(`dashboard \(read-only\): (http://\S+)`)
 
 func (w *cancelOn) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf.Write(p)
+	if m := dashboardURL.FindStringSubmatch(w.buf.String()); m != nil && w.dashboard == 0 && strings.Contains(w.buf.String(), "s] written") {
+		w.dashboard = -1
+		if resp, err := http.Get(m[1] + "api/status"); err == nil { //nolint:noctx // a test's one request
+			w.dashboard = resp.StatusCode
+			_ = resp.Body.Close()
+		}
+	}
 	if strings.Contains(w.buf.String(), w.mark) {
 		w.cancel()
 	}
@@ -187,6 +200,9 @@ func TestDemoInterrupted(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, "interrupted: stopped before draining") {
 		t.Errorf("no interruption note:\n%s", r)
+	}
+	if out.dashboard != http.StatusOK {
+		t.Errorf("the demo's dashboard answered /api/status with %d while it ran, want 200", out.dashboard)
 	}
 	rows, verdict := demoTable(t, r.stdout)
 	if verdict != "INTERRUPTED (not drained)" {

@@ -13,13 +13,18 @@ import (
 	"github.com/outboxkit/outbox/outboxprom"
 )
 
+// adminPrefix is where the daemon serves outboxadmin (admin.enabled).
+const adminPrefix = "/outbox/"
+
 // monitor serves the daemon's metrics (outboxprom: the relay's counters and cached
-// database gauges, read at most every metrics.interval) and its health.
+// database gauges, read at most every metrics.interval), its health, and with
+// admin.enabled the admin API and dashboard.
 type monitor struct {
 	pool    *pgxpool.Pool
 	cfg     Config
 	metrics *outboxprom.Metrics
 	reg     *prometheus.Registry
+	admin   http.Handler // outboxadmin under /outbox/; nil unless admin.enabled
 }
 
 // newMonitor returns the monitor of a relay to be built with m.metrics as its Observer
@@ -49,6 +54,9 @@ func (m *monitor) ready(ctx context.Context) (bool, string) {
 func (m *monitor) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	if m.admin != nil {
+		mux.Handle(adminPrefix, m.admin)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))

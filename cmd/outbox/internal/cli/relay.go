@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxadmin"
 	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/httpsink"
 	"github.com/outboxkit/outbox/sink/jsonlsink"
@@ -104,6 +105,19 @@ func (a *app) runRelay(ctx context.Context) error {
 	}
 	log := a.log.With(slog.String("relay_id", r.Owner()))
 
+	if a.cfg.Admin.Enabled {
+		if a.cfg.HTTPListen == "" {
+			return usagef("admin.enabled: the admin is served on http.listen, which is off")
+		}
+		admin, err := outboxadmin.New(outboxadmin.Options{
+			Pool: pool, Schema: a.cfg.Schema, Token: a.cfg.Admin.Token, ReadOnly: a.cfg.Admin.ReadOnly,
+			PathPrefix: adminPrefix, Logger: a.log,
+		})
+		if err != nil {
+			return usagef("admin.token: %w", err)
+		}
+		mon.admin = admin
+	}
 	var srv *http.Server
 	serveErr := make(chan error, 1)
 	if a.cfg.HTTPListen != "" {
@@ -113,7 +127,11 @@ func (a *app) runRelay(ctx context.Context) error {
 		}
 		srv = &http.Server{Handler: mon.handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { serveErr <- srv.Serve(ln) }()
-		log.Info("serving /metrics, /healthz, /readyz", slog.String("address", ln.Addr().String()))
+		served := "/metrics, /healthz, /readyz"
+		if mon.admin != nil {
+			served += ", the admin under " + adminPrefix
+		}
+		log.Info("serving "+served, slog.String("address", ln.Addr().String()))
 	}
 	monCtx, monStop := context.WithCancel(context.WithoutCancel(ctx))
 	monDone := make(chan struct{})
