@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -88,6 +89,7 @@ type Notifier struct {
 	log         *slog.Logger
 
 	requests  chan struct{} // one pending wake-up request at most: requests coalesce
+	stats     struct{ requests, sent, failed atomic.Int64 }
 	closing   chan struct{}
 	exited    chan struct{}
 	closeOnce sync.Once
@@ -142,10 +144,27 @@ func NewNotifier(db Execer, cfg *NotifierConfig) (*Notifier, error) {
 // [WithTx]; with database/sql or a hand-rolled transaction, call it after Commit
 // returned nil. ctx is not used: the wake-up outlives the caller's request.
 func (n *Notifier) AfterCommit(context.Context) {
+	n.stats.requests.Add(1)
 	select {
 	case n.requests <- struct{}{}:
 	default: // a request is already pending; it covers this commit too
 	}
+}
+
+// NotifierStats counts what a [Notifier] did since it was created.
+type NotifierStats struct {
+	// Requests counts AfterCommit calls.
+	Requests int64
+	// Sent counts notifications sent: requests coalesce, so a busy service sends far
+	// fewer than it requests.
+	Sent int64
+	// Failed counts notifications that failed (the relays then wait for their poll).
+	Failed int64
+}
+
+// Stats returns the Notifier's counters.
+func (n *Notifier) Stats() NotifierStats {
+	return NotifierStats{Requests: n.stats.requests.Load(), Sent: n.stats.sent.Load(), Failed: n.stats.failed.Load()}
 }
 
 // Close stops the Notifier's goroutine and waits for it. A wake-up still pending is sent
@@ -205,6 +224,11 @@ func (n *Notifier) send(failing *bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
 	_, err := n.db.Exec(ctx, n.notifySQL, n.channel, "")
+	if err != nil {
+		n.stats.failed.Add(1)
+	} else {
+		n.stats.sent.Add(1)
+	}
 	switch {
 	case err != nil && !*failing:
 		*failing = true

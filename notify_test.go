@@ -130,6 +130,9 @@ func TestNotifierNeverBlocksAndCoalesces(t *testing.T) {
 			t.Fatalf("notify = %q %v; want pg_notify on outbox_wakeup_shop_outbox with payload ''", c.sql, c.args)
 		}
 	}
+	if st := n.Stats(); st != (outbox.NotifierStats{Requests: 1001, Sent: 2}) {
+		t.Fatalf("Stats() = %+v, want 1001 requests, 2 sent", st)
+	}
 	n.AfterCommit(ctx) // after Close: a no-op, never blocks
 	n.Close()          // idempotent
 	if got := len(db.snapshot()); got != 2 {
@@ -243,6 +246,9 @@ func TestNotifierLogsFailuresOnce(t *testing.T) {
 	got := logs.all()
 	if len(got) != 2 || !strings.HasPrefix(got[0], "WARN ") || !strings.HasPrefix(got[1], "INFO ") {
 		t.Fatalf("logs = %q; want one warning for three failures, then one note on recovery", got)
+	}
+	if st := n.Stats(); st != (outbox.NotifierStats{Requests: 4, Sent: 1, Failed: 3}) {
+		t.Fatalf("Stats() = %+v, want 4 requests, 1 sent, 3 failed", st)
 	}
 }
 

@@ -18,6 +18,9 @@
 //	prometheus.MustRegister(m)
 //	go m.Run(ctx) // the progress clock behind Stalled
 //
+// A producer registers [NewNotifierCollector] for its [outbox.Notifier]: the wake-ups
+// its commits asked for, the notifications sent (coalesced) and those that failed.
+//
 // The metric names, and the alert rules written against them, are listed in the
 // repository's docs/alerts.yaml and docs/operations.md.
 package outboxprom
