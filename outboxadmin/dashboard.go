@@ -223,11 +223,12 @@ func (h *Handler) form(w http.ResponseWriter, r *http.Request) {
 		h.errorPage(w, r, fmt.Errorf("form %q: %w", action, errNotFound))
 		return
 	}
-	if !h.formChecks(w, r) {
+	r, ok := h.formChecks(w, r)
+	if !ok {
 		return
 	}
-	actor, reason := r.PostForm.Get("actor"), r.PostForm.Get("reason")
-	if err := validateChange(actor, reason); err != nil {
+	who, reason := actor(r, r.PostForm.Get("actor")), r.PostForm.Get("reason")
+	if err := validateChange(who, reason); err != nil {
 		h.errorPage(w, r, err)
 		return
 	}
@@ -241,7 +242,7 @@ func (h *Handler) form(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		back = h.o.PathPrefix + "events/" + id.String()
-		res, err = h.changeOne(r.Context(), action, id, actor, reason)
+		res, err = h.changeOne(r.Context(), action, id, who, reason)
 	} else {
 		var f Filter
 		if f, err = filterFromQuery(r.PostForm); err != nil {
@@ -252,7 +253,7 @@ func (h *Handler) form(w http.ResponseWriter, r *http.Request) {
 			h.errorPage(w, r, badRequest("the filter is empty: tick 'all dead letters' to act on every one"))
 			return
 		}
-		c := change{action: action, filter: f, actor: actor, reason: reason}
+		c := change{action: action, filter: f, actor: who, reason: reason}
 		if s := r.PostForm.Get("expect"); s != "" {
 			n, perr := strconv.ParseInt(s, 10, 64)
 			if perr != nil {
@@ -274,24 +275,26 @@ func (h *Handler) form(w http.ResponseWriter, r *http.Request) {
 
 // formChecks runs the checks every dashboard form passes: the API's guards, the same
 // origin, the token from the form's field (never a cookie). It reports whether r may go
-// on, with r.PostForm parsed; otherwise it answered.
-func (h *Handler) formChecks(w http.ResponseWriter, r *http.Request) bool {
+// on — returning it with r.PostForm parsed and the operator its token names — or else
+// it answered.
+func (h *Handler) formChecks(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	if !h.guard(w, r) {
-		return false
+		return r, false
 	}
 	if !sameOrigin(r) {
 		h.render(w, http.StatusForbidden, "error", view{Prefix: h.o.PathPrefix, Page: "error", Title: "Forbidden", Error: "cross-site form submission refused"})
-		return false
+		return r, false
 	}
 	if err := r.ParseForm(); err != nil {
 		h.errorPage(w, r, badRequestErr(err))
-		return false
+		return r, false
 	}
-	if !h.tokenOK(r.PostForm.Get("token")) {
+	operator, ok := h.authenticate(r.PostForm.Get("token"))
+	if !ok {
 		h.render(w, http.StatusUnauthorized, "error", view{Prefix: h.o.PathPrefix, Page: "error", Title: "Unauthorized", Error: "the token is missing or wrong"})
-		return false
+		return r, false
 	}
-	return true
+	return authenticated(r, operator), true
 }
 
 func badRequestErr(err error) error { return badRequest("%v", err) }

@@ -23,6 +23,14 @@ type Handler struct {
 	limiter *limiter
 	hist    history
 	token   [sha256.Size]byte
+	// operators are Options.Operators' tokens, hashed, with their names
+	operators []operatorToken
+}
+
+// operatorToken is one operator's token, hashed, and the name it authenticates.
+type operatorToken struct {
+	name string
+	sum  [sha256.Size]byte
 }
 
 // New returns a Handler for o; it refuses options that would leave state-changing
@@ -38,6 +46,9 @@ func New(o Options) (*Handler, error) {
 		mux:     http.NewServeMux(),
 		limiter: newLimiter(o.RateLimit, o.RateBurst),
 		token:   sha256.Sum256([]byte(o.Token)),
+	}
+	for name, tok := range o.Operators {
+		h.operators = append(h.operators, operatorToken{name: name, sum: sha256.Sum256([]byte(tok))})
 	}
 	h.routes()
 	return h, nil
@@ -74,14 +85,43 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// tokenOK reports whether got is the token, compared in constant time (over hashes, so
-// neither the token's length nor a prefix of it leaks through timing).
-func (h *Handler) tokenOK(got string) bool {
-	if got == "" || h.o.Token == "" {
-		return false
+// authenticate reports whether got is the Token or an operator's token, and which
+// operator's ("" for the shared Token). Every candidate is compared, in constant time
+// (over hashes, so neither a token's length nor a prefix of it leaks through timing).
+func (h *Handler) authenticate(got string) (operator string, ok bool) {
+	if got == "" {
+		return "", false
 	}
 	sum := sha256.Sum256([]byte(got))
-	return subtle.ConstantTimeCompare(sum[:], h.token[:]) == 1
+	if h.o.Token != "" && subtle.ConstantTimeCompare(sum[:], h.token[:]) == 1 {
+		ok = true
+	}
+	for _, op := range h.operators {
+		if subtle.ConstantTimeCompare(sum[:], op.sum[:]) == 1 {
+			operator, ok = op.name, true
+		}
+	}
+	return operator, ok
+}
+
+// operatorKey carries the name of the operator who authenticated a request.
+type operatorKey struct{}
+
+// authenticated returns r with the operator the token named (none for the shared Token).
+func authenticated(r *http.Request, operator string) *http.Request {
+	if operator == "" {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), operatorKey{}, operator))
+}
+
+// actor is who a change is recorded as: the operator whose own token authenticated r,
+// whatever the request says, else the actor the request names.
+func actor(r *http.Request, named string) string {
+	if op, ok := r.Context().Value(operatorKey{}).(string); ok {
+		return op
+	}
+	return named
 }
 
 // bearer is r's bearer token, "" without one.
@@ -120,12 +160,13 @@ func (h *Handler) mutating(next http.HandlerFunc) http.HandlerFunc {
 		if !h.guard(w, r) {
 			return
 		}
-		if !h.tokenOK(bearer(r)) {
+		operator, ok := h.authenticate(bearer(r))
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="outbox"`)
 			writeError(w, http.StatusUnauthorized, "a bearer token is required")
 			return
 		}
-		next(w, r)
+		next(w, authenticated(r, operator))
 	}
 }
 
@@ -179,6 +220,7 @@ func (h *Handler) apiBulk(action Action) http.HandlerFunc {
 			h.fail(w, err)
 			return
 		}
+		req.Actor = actor(r, req.Actor)
 		if err := validateChange(req.Actor, req.Reason); err != nil {
 			h.fail(w, err)
 			return
@@ -215,6 +257,7 @@ func (h *Handler) apiOne(action Action) http.HandlerFunc {
 			h.fail(w, err)
 			return
 		}
+		req.Actor = actor(r, req.Actor)
 		if err := validateChange(req.Actor, req.Reason); err != nil {
 			h.fail(w, err)
 			return

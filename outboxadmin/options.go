@@ -23,6 +23,12 @@ type Options struct {
 	// <token>" to the API, typed into the dashboard's token field. Required unless
 	// ReadOnly; at least [MinTokenLength] bytes.
 	Token string
+	// Operators gives operators tokens of their own (name → token, each at least
+	// [MinTokenLength] bytes, all distinct): a change authenticated by an operator's token
+	// is recorded with the operator's name as its actor, whatever actor the request
+	// names, so the audit says who, not who they said they were. With Operators, Token
+	// may be empty (only named tokens are accepted).
+	Operators map[string]string
 	// ReadOnly refuses every state-changing request with 403. Default false.
 	ReadOnly bool
 	// ShowPayloads shows event payloads and header values in the event detail (API and
@@ -96,8 +102,10 @@ func (o Options) withDefaults() (Options, string, error) {
 	switch {
 	case o.Pool == nil:
 		return o, "", errors.New("Pool is required")
-	case !o.ReadOnly && len(o.Token) < MinTokenLength:
-		return o, "", fmt.Errorf("Token must be at least %d bytes unless ReadOnly (state-changing requests are refused without it)", MinTokenLength)
+	case !o.ReadOnly && len(o.Operators) == 0 && len(o.Token) < MinTokenLength:
+		return o, "", fmt.Errorf("Token must be at least %d bytes unless ReadOnly or Operators are set (state-changing requests are refused without it)", MinTokenLength)
+	case o.Token != "" && len(o.Token) < MinTokenLength:
+		return o, "", fmt.Errorf("Token must be at least %d bytes", MinTokenLength)
 	case !strings.HasPrefix(o.PathPrefix, "/") || !strings.HasSuffix(o.PathPrefix, "/"):
 		return o, "", fmt.Errorf("PathPrefix %q must start and end with /", o.PathPrefix)
 	case o.MaxBodyBytes < 1024:
@@ -108,6 +116,18 @@ func (o Options) withDefaults() (Options, string, error) {
 		return o, "", errors.New("MaxBulk must be at least 1")
 	case o.RateLimit <= 0 || o.RateBurst < 1:
 		return o, "", errors.New("RateLimit must be positive and RateBurst at least 1")
+	}
+	seen := map[string]string{o.Token: "Token"}
+	for name, tok := range o.Operators {
+		switch {
+		case strings.TrimSpace(name) == "" || len(name) > 200:
+			return o, "", errors.New("Operators: a name must be 1-200 bytes")
+		case len(tok) < MinTokenLength:
+			return o, "", fmt.Errorf("Operators[%q]: the token must be at least %d bytes", name, MinTokenLength)
+		case seen[tok] != "":
+			return o, "", fmt.Errorf("Operators[%q]: the token is also %s's: every token must be distinct", name, seen[tok])
+		}
+		seen[tok] = fmt.Sprintf("Operators[%q]", name)
 	}
 	return o, quoted, nil
 }

@@ -28,6 +28,7 @@ type PauseResult struct {
 // pauseOrResume pauses (resume false) or resumes req's scope, mapping the relay's errors
 // to the API's: a bad request names its field, a scope not paused is a conflict.
 func (h *Handler) pauseOrResume(r *http.Request, req pauseRequest, resume bool) (PauseResult, error) {
+	req.Actor = actor(r, req.Actor)
 	if err := validateChange(req.Actor, req.Reason); err != nil {
 		return PauseResult{}, err
 	}
@@ -119,7 +120,8 @@ func (h *Handler) pausesPage(r *http.Request) (string, int, any, error) {
 // the replay and discard forms, then a redirect back to the page with the outcome.
 func (h *Handler) pauseForm(resume bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !h.formChecks(w, r) {
+		r, ok := h.formChecks(w, r)
+		if !ok {
 			return
 		}
 		f := r.PostForm

@@ -61,6 +61,8 @@ type AdminConfig struct {
 	Token string
 	// ReadOnly refuses every state-changing request.
 	ReadOnly bool
+	// Operators are operators' own tokens, "name:token".
+	Operators []string
 }
 
 // SinkConfig configures the sink of the daemon.
@@ -420,6 +422,8 @@ var options = []option{
 		func(c *Config) *string { return &c.Admin.Token }).in(scopeRelay).hidden(),
 	boolean("admin.read_only", "the admin refuses every state-changing request (no token needed)", false,
 		func(c *Config) *bool { return &c.Admin.ReadOnly }).in(scopeRelay),
+	list("admin.operators", "operators' own tokens, name:token (comma-separated), each at least 16 bytes: a change is audited as the operator whose token made it; never printed",
+		func(c *Config) *[]string { return &c.Admin.Operators }).in(scopeRelay).hidden(),
 }
 
 func lookup(key string) *option {

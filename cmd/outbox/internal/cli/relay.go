@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -109,11 +110,22 @@ func (a *app) runRelay(ctx context.Context) error {
 		if a.cfg.HTTPListen == "" {
 			return usagef("admin.enabled: the admin is served on http.listen, which is off")
 		}
+		operators := map[string]string{}
+		for _, e := range a.cfg.Admin.Operators {
+			name, tok, ok := strings.Cut(e, ":")
+			if !ok || name == "" || tok == "" {
+				return usagef("admin.operators: an entry must be name:token")
+			}
+			operators[name] = tok
+		}
 		admin, err := outboxadmin.New(outboxadmin.Options{
 			Pool: pool, Schema: a.cfg.Schema, Token: a.cfg.Admin.Token, ReadOnly: a.cfg.Admin.ReadOnly,
-			PathPrefix: adminPrefix, Logger: a.log,
+			Operators: operators, PathPrefix: adminPrefix, Logger: a.log,
 		})
-		if err != nil {
+		switch {
+		case err != nil && (strings.Contains(err.Error(), "Operators[") || strings.Contains(err.Error(), "Operators:")):
+			return usagef("admin.operators: %w", err)
+		case err != nil:
 			return usagef("admin.token: %w", err)
 		}
 		mon.admin = admin
