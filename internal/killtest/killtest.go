@@ -16,6 +16,7 @@ import (
 	"hash/fnv"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -48,6 +49,25 @@ const (
 
 // Role returns the role this process runs as, "" in the parent test process.
 func Role() string { return os.Getenv(RoleEnv) }
+
+// Child starts a child process's role body: it skips t when this process is no child
+// (a plain test run), else returns a context that ends on SIGTERM, a pool on the
+// scenario's database, both closed when t ends, and the role to play.
+func Child(t *testing.T) (ctx context.Context, pool *pgxpool.Pool, role string) {
+	t.Helper()
+	role = Role()
+	if role == "" {
+		t.Skip("a child process of TestSIGKILLedRelayAndConsumer")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	t.Cleanup(stop)
+	pool, err := pgxpool.New(ctx, os.Getenv(DBEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return ctx, pool, role
+}
 
 // Events returns the number of events a run sends: EventsEnv when set, else def.
 func Events(t testing.TB, def int) int {

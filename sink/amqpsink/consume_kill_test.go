@@ -1,14 +1,9 @@
 package amqpsink_test
 
 import (
-	"context"
 	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/inbox"
 	"github.com/outboxkit/outbox/internal/killtest"
@@ -26,17 +21,7 @@ const (
 // TestE2ERole is not a test: it is the body of a relay or consumer process of
 // TestSIGKILLedRelayAndConsumer, and skips when run as a test.
 func TestE2ERole(t *testing.T) {
-	role := killtest.Role()
-	if role == "" {
-		t.Skip("a child process of TestSIGKILLedRelayAndConsumer")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv(killtest.DBEnv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	ctx, pool, role := killtest.Child(t)
 	switch role {
 	case killtest.RoleRelay:
 		sink, err := amqpsink.New(&amqpsink.Config{

@@ -1,15 +1,11 @@
 package kafkasink_test
 
 import (
-	"context"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -30,17 +26,7 @@ const killTopic, killGroup = "e2e.order", "projection"
 // TestE2ERole is not a test: it is the body of a relay or consumer process of
 // TestSIGKILLedRelayAndConsumer, and skips when run as a test.
 func TestE2ERole(t *testing.T) {
-	role := killtest.Role()
-	if role == "" {
-		t.Skip("a child process of TestSIGKILLedRelayAndConsumer")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv(killtest.DBEnv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	ctx, pool, role := killtest.Child(t)
 	seeds := strings.Split(os.Getenv(seedsEnv), ",")
 	switch role {
 	case killtest.RoleRelay:

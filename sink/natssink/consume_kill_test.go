@@ -1,14 +1,10 @@
 package natssink_test
 
 import (
-	"context"
 	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -28,17 +24,7 @@ const (
 // TestE2ERole is not a test: it is the body of a relay or consumer process of
 // TestSIGKILLedRelayAndConsumer, and skips when run as a test.
 func TestE2ERole(t *testing.T) {
-	role := killtest.Role()
-	if role == "" {
-		t.Skip("a child process of TestSIGKILLedRelayAndConsumer")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv(killtest.DBEnv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	ctx, pool, role := killtest.Child(t)
 	nc, err := nats.Connect(os.Getenv(natsEnv), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1))
 	if err != nil {
 		t.Fatal(err)
