@@ -18,6 +18,10 @@
 //	prometheus.MustRegister(m)
 //	go m.Run(ctx) // the progress clock behind Stalled
 //
+// A consumer passes [NewInboxMetrics] as inbox.Config.Observer and registers it: events
+// settled by consumer and kind (applied, duplicate, stale, parked, unparked,
+// quarantined, replayed), errors (gap refusals apart), handler time and lag.
+//
 // A producer registers [NewNotifierCollector] for its [outbox.Notifier]: the wake-ups
 // its commits asked for, the notifications sent (coalesced) and those that failed.
 //
