@@ -284,7 +284,8 @@ func (b *batcher) ready(ctx context.Context, share workerShare) (bool, error) {
 		saw        seen
 	)
 	fa := b.floor.args(time.Now(), share.index)
-	if err := b.pool.QueryRow(ctx, b.q.probe, fa.floor, fa.replays, scope, b.cfg.Partitions).
+	p := probeParams{Floor: fa.floor, Replays: fa.replays, Scope: scope, Partitions: b.cfg.Partitions}
+	if err := b.pool.QueryRow(ctx, b.q.probe.SQL, b.q.probe.Args(&p)...).
 		Scan(&ready, &minPending, &saw.xmin, &saw.xmax, &saw.replays); err != nil {
 		return false, fmt.Errorf("probe for work: %w", err)
 	}
@@ -293,6 +294,14 @@ func (b *batcher) ready(ctx context.Context, share workerShare) (bool, error) {
 	}
 	b.floor.observe(fa, saw, time.Now())
 	return ready, nil
+}
+
+// probeParams holds the parameters of probe.sql, bound by name.
+type probeParams struct {
+	Floor      int64 `sql:"floor"`
+	Replays    int64 `sql:"replays"`
+	Scope      []int `sql:"scope"` // nil: all
+	Partitions int   `sql:"partitions"`
 }
 
 // settleAttempts bounds the retries of a settle statement that hit a serialization

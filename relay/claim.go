@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
 // claimedBatch is what a claim statement claimed (and marked published or deleted).
@@ -44,7 +45,7 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 	}
 	fa := b.floor.args(time.Now(), scope.worker)
 	q := b.claimQuery(scope, fa)
-	batch.Queue(b.q.claim, q.args...)
+	batch.Queue(b.q.claim.sql, b.q.claim.args(q)...)
 	br := tx.begin(ctx, batch)
 	defer func() { _ = br.Close() }()
 	for range 1 + len(settings) { // BEGIN, the settings
@@ -73,49 +74,74 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 	return c, nil
 }
 
-// claimQuery is a claim's arguments for its scope, and what it may return at most.
+// claimQuery is a claim's parameters for its scope (those of its mode), and what it may
+// return at most.
 type claimQuery struct {
-	args     []any
-	capacity int // most rows the claim returns
-	heads    int // ordered mode: most aggregates the claim takes
+	ordered   *orderedClaim   // Ordered mode
+	unordered *unorderedClaim // Unordered mode
+	capacity  int             // most rows the claim returns
+	heads     int             // ordered mode: most aggregates the claim takes
 }
 
-// claimQuery returns the arguments of the next claim in scope from the floor fa:
+// claimQuery returns the parameters of the next claim in scope from the floor fa:
 // BatchSize and MaxBatchEvents, halved as often as failed claims asked (narrowClaims).
 func (b *batcher) claimQuery(scope claimScope, fa floorArgs) claimQuery {
 	batchSize, maxEvents := b.narrowed(b.cfg.BatchSize), b.narrowed(b.cfg.MaxBatchEvents)
 	if b.cfg.Mode != Ordered {
-		return claimQuery{args: []any{fa.floor, fa.replays, batchSize}, capacity: batchSize}
+		return claimQuery{unordered: &unorderedClaim{Floor: fa.floor, Replays: fa.replays, BatchSize: batchSize}, capacity: batchSize}
 	}
 	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
 	types, ids := scope.rotation.args()
+	heads := min(batchSize, maxEvents)
 	return claimQuery{
-		heads: min(batchSize, maxEvents),
-		args: orderedClaim{
-			fa.floor, fa.replays, scope.parts, min(batchSize, maxEvents), b.cfg.MaxPerAggregate, b.cfg.PublishPastDead,
-			maxEvents, b.cfg.Partitions, types, ids,
-		}.args(),
+		heads: heads,
+		ordered: &orderedClaim{
+			Floor: fa.floor, Replays: fa.replays, Scope: scope.parts, Heads: heads, MaxPerAggregate: b.cfg.MaxPerAggregate,
+			PublishPastDead: b.cfg.PublishPastDead, MaxEvents: maxEvents, Partitions: b.cfg.Partitions,
+			CursorTypes: types, CursorIDs: ids,
+		},
 		capacity: maxEvents,
 	}
 }
 
-// orderedClaim holds the parameters of claim_ordered_pick.sql (after claim_floor.sql's),
-// by name.
-type orderedClaim struct {
-	floor, replays  int64 // $1, $2: claim_floor.sql's
-	scope           []int // $3: relay partitions; nil: all
-	heads           int   // $4
-	maxPerAggregate int   // $5
-	publishPastDead []string
-	maxEvents       int // $7
-	partitions      int // $8
-	cursorTypes     []string
-	cursorIDs       []string
+// unorderedClaim holds the parameters of an unordered claim (claim_floor.sql's, then
+// claim_unordered_pick.sql's), bound by name.
+type unorderedClaim struct {
+	Floor     int64 `sql:"floor"`
+	Replays   int64 `sql:"replays"`
+	BatchSize int   `sql:"batch_size"`
 }
 
-// args are the parameters in claim_ordered_pick.sql's order.
-func (o orderedClaim) args() []any {
-	return []any{o.floor, o.replays, o.scope, o.heads, o.maxPerAggregate, o.publishPastDead, o.maxEvents, o.partitions, o.cursorTypes, o.cursorIDs}
+// orderedClaim holds the parameters of an ordered claim (claim_floor.sql's, then
+// claim_ordered_pick.sql's, which says what each means), bound by name.
+type orderedClaim struct {
+	Floor           int64    `sql:"floor"`
+	Replays         int64    `sql:"replays"`
+	Scope           []int    `sql:"scope"` // nil: all
+	Heads           int      `sql:"heads"`
+	MaxPerAggregate int      `sql:"max_per_aggregate"`
+	PublishPastDead []string `sql:"publish_past_dead"`
+	MaxEvents       int      `sql:"max_events"`
+	Partitions      int      `sql:"partitions"`
+	CursorTypes     []string `sql:"cursor_types"`
+	CursorIDs       []string `sql:"cursor_ids"`
+}
+
+// claimStatement is a claim-shaped statement (a claim, or the poison search, which
+// picks what the claim would) of the relay's mode, with its parameters bound by name.
+type claimStatement struct {
+	sql  string
+	args func(claimQuery) []any
+}
+
+// bindClaim binds the claim-shaped query name to the parameters of mode.
+func bindClaim(mode Mode, name, quoted string) claimStatement {
+	if mode == Ordered {
+		s := sqlq.Bind[orderedClaim](name, quoted)
+		return claimStatement{s.SQL, func(q claimQuery) []any { return s.Args(q.ordered) }}
+	}
+	s := sqlq.Bind[unorderedClaim](name, quoted)
+	return claimStatement{s.SQL, func(q claimQuery) []any { return s.Args(q.unordered) }}
 }
 
 // readRows is what a claim statement returned, row by row, in its order.

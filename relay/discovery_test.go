@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/internal/pgtest"
-	"github.com/outboxkit/outbox/internal/sqlq"
+	"github.com/outboxkit/outbox/relay"
 )
 
 // The ordered claim discovers its heads by a loose index scan, sharing the heads fairly:
@@ -71,13 +71,17 @@ func TestOrderedClaimSharesHeadsFairly(t *testing.T) {
 	}
 
 	errRollback := errors.New("rolled back")
-	claim := sqlq.Query("claim_ordered", `"outbox"`)
+	claim := "claim_ordered"
 	type cursor struct{ types, ids []string }
 	run := func(t *testing.T, scope []int, heads int, pastDead []string, c cursor) []int64 {
 		t.Helper()
 		var seqs []int64
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, claim, 0, 0, scope, heads, 4, pastDead, 1000, 16, c.types, c.ids)
+			sql, args := relay.OrderedClaimSQL(claim, relay.OrderedClaimArgs{
+				Scope: scope, Heads: heads, MaxPerAggregate: 4, PublishPastDead: pastDead, MaxEvents: 1000, Partitions: 16,
+				CursorTypes: c.types, CursorIDs: c.ids,
+			})
+			rows, err := tx.Query(ctx, sql, args...)
 			if err != nil {
 				return err
 			}
@@ -224,7 +228,7 @@ func TestOrderedClaimSharesHeadsFairly(t *testing.T) {
 	}
 
 	for _, variant := range []string{"claim_ordered", "claim_ordered_delete"} {
-		claim = sqlq.Query(variant, `"outbox"`)
+		claim = variant
 		t.Run(variant, func(t *testing.T) {
 			checkCut(t)
 			checkShares(t)

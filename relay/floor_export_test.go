@@ -32,7 +32,7 @@ func NextClaim(r *Relay, fromFloor bool) (string, []any) {
 	if !fromFloor {
 		fa.floor = 0
 	}
-	return r.batches.q.claim, r.batches.claimQuery(r.batches.scope(nil, workerShare{}), fa).args
+	return r.batches.q.claim.sql, r.batches.q.claim.args(r.batches.claimQuery(r.batches.scope(nil, workerShare{}), fa))
 }
 
 // FullClaimNow makes r's next claim read from the first row (tests only).
@@ -41,4 +41,26 @@ func FullClaimNow(r *Relay) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastFull = [maxWorkers]time.Time{}
+}
+
+// OrderedClaimArgs are the parameters of an ordered claim, for tests that run one by
+// hand (OrderedClaimSQL).
+type OrderedClaimArgs struct {
+	Scope                  []int
+	Heads, MaxPerAggregate int
+	PublishPastDead        []string
+	MaxEvents, Partitions  int
+	CursorTypes            []string
+	CursorIDs              []string
+}
+
+// OrderedClaimSQL returns the ordered claim statement name (claim_ordered or
+// claim_ordered_delete) as the relay binds it, and the arguments of a, from the first
+// row (tests only).
+func OrderedClaimSQL(name string, a OrderedClaimArgs) (string, []any) {
+	s := bindClaim(Ordered, name, `"outbox"`)
+	return s.sql, s.args(claimQuery{ordered: &orderedClaim{
+		Scope: a.Scope, Heads: a.Heads, MaxPerAggregate: a.MaxPerAggregate, PublishPastDead: a.PublishPastDead,
+		MaxEvents: a.MaxEvents, Partitions: a.Partitions, CursorTypes: a.CursorTypes, CursorIDs: a.CursorIDs,
+	}})
 }

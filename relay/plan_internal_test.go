@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestOrderedClaimPlanAfterDrainedBacklog(t *testing.T) {
 	for _, name := range []string{"claim_ordered", "claim_ordered_delete"} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			t.Run(name+"/"+mode, func(t *testing.T) {
-				plan := explainClaim(ctx, t, pool, sqlq.Query(name, quoted), mode)
+				plan := explainClaim(ctx, t, pool, bindClaim(Ordered, name, quoted), mode)
 				if bad := probesThroughPending(plan); len(bad) > 0 {
 					t.Errorf("per-aggregate probes scan events_pending:\n%s\n\nplan:\n%s", strings.Join(bad, "\n"), plan)
 				}
@@ -100,7 +101,7 @@ func TestOrderedClaimGenericPlanFromASmallTable(t *testing.T) {
 	}
 	for _, name := range []string{"claim_ordered", "claim_ordered_delete"} {
 		t.Run(name, func(t *testing.T) {
-			plan := explainClaim(ctx, t, pool, sqlq.Query(name, quoted), "force_generic_plan")
+			plan := explainClaim(ctx, t, pool, bindClaim(Ordered, name, quoted), "force_generic_plan")
 			if strings.Contains(plan, "Seq Scan on events") {
 				t.Errorf("the generic plan scans the table; plan:\n%s", plan)
 			}
@@ -114,21 +115,24 @@ func TestOrderedClaimGenericPlanFromASmallTable(t *testing.T) {
 // explainClaim returns EXPLAIN's text for an ordered claim of 100 heads over all
 // partitions, planned with the relay's claim settings under plan_cache_mode mode, in a
 // transaction that is rolled back.
-func explainClaim(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql, mode string) string {
+func explainClaim(ctx context.Context, t *testing.T, pool *pgxpool.Pool, claim claimStatement, mode string) string {
 	t.Helper()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE claim") }()                         // PREPARE outlives the transaction
+	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE claim") }() // PREPARE outlives the transaction
+	types, values := literals(t, claim.args(claimQuery{ordered: &orderedClaim{
+		Heads: 100, MaxPerAggregate: 10, MaxEvents: 1000, Partitions: 16, CursorTypes: []string{"account"}, CursorIDs: []string{"a5"},
+	}}))
 	setup := append([]string{"SET LOCAL plan_cache_mode = " + mode}, claimSettings...) // as the relay plans it
-	for _, s := range append(setup, "PREPARE claim(bigint, bigint, int[], int, int, text[], int, int, text[], text[]) AS "+sql) {
+	for _, s := range append(setup, "PREPARE claim("+types+") AS "+claim.sql) {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s[:min(len(s), 60)], err)
 		}
 	}
-	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE claim(0, 0, NULL, 100, 10, NULL, 1000, 16, '{account}', '{a5}')", pgx.QueryExecModeSimpleProtocol)
+	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE claim("+values+")", pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +141,38 @@ func explainClaim(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql, mo
 		t.Fatal(err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// literals renders a statement's arguments (in $n order) as PREPARE's parameter types
+// and EXECUTE's literal values.
+func literals(t *testing.T, args []any) (types, values string) {
+	t.Helper()
+	var ts, vs []string
+	for _, a := range args {
+		switch v := a.(type) {
+		case int64:
+			ts, vs = append(ts, "bigint"), append(vs, strconv.FormatInt(v, 10))
+		case int:
+			ts, vs = append(ts, "int"), append(vs, strconv.Itoa(v))
+		case []int:
+			ts = append(ts, "int[]")
+			if v == nil {
+				vs = append(vs, "NULL")
+			} else {
+				vs = append(vs, "'{"+strings.Trim(strings.Join(strings.Fields(fmt.Sprint(v)), ","), "[]")+"}'")
+			}
+		case []string:
+			ts = append(ts, "text[]")
+			if v == nil {
+				vs = append(vs, "NULL")
+			} else {
+				vs = append(vs, "'{"+strings.Join(v, ",")+"}'")
+			}
+		default:
+			t.Fatalf("literals: no literal for %T", a)
+		}
+	}
+	return strings.Join(ts, ", "), strings.Join(vs, ", ")
 }
 
 var scanNode = regexp.MustCompile(`Scan using (\w+) on`)

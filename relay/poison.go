@@ -63,7 +63,7 @@ func (b *batcher) isolatePoison(ctx context.Context, conn *pgx.Conn, scope claim
 				return err
 			}
 		}
-		rows, err := tx.Query(ctx, b.q.poisonCandidates, q.args...)
+		rows, err := tx.Query(ctx, b.q.poisonCandidates.sql, b.q.poisonCandidates.args(q)...)
 		if err != nil {
 			return err
 		}

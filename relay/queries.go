@@ -6,11 +6,12 @@ import "github.com/outboxkit/outbox/internal/sqlq"
 // internal/sqlq/queries; where the file depends on the mode and the retention, the
 // tables below say which.
 type queries struct {
-	claim, settle               string // claimQueries, settleQueries
-	settleLate                  string
-	poisonCandidates, poisonTry string // poisonCandidateQueries, poisonTryQueries
+	claim, poisonCandidates     claimStatement // claimQueries, poisonCandidateQueries
+	probe                       sqlq.Statement[probeParams]
+	settle, settleLate          string // settleQueries
+	poisonTry                   string // poisonTryQueries
 	poisonPark, poisonBySize    string
-	fence, config, probe        string
+	fence, config               string
 	purge, purgeNext, purgeLock string
 	leaseInit, leaseBeat        string
 	leaseAcquire, leaseRelease  string
@@ -39,10 +40,12 @@ func newQueries(cfg *Config, quoted string) *queries {
 	q := func(name string) string { return sqlq.Query(name, quoted) }
 	del := deletes(cfg.Retention.Mode)
 	return &queries{
-		claim: q(claimQueries[cfg.Mode][del]), settle: q(settleQueries[del]), settleLate: q("settle_late"),
-		poisonCandidates: q(poisonCandidateQueries[cfg.Mode]), poisonTry: q(poisonTryQueries[del]),
+		claim:            bindClaim(cfg.Mode, claimQueries[cfg.Mode][del], quoted),
+		poisonCandidates: bindClaim(cfg.Mode, poisonCandidateQueries[cfg.Mode], quoted),
+		probe:            sqlq.Bind[probeParams]("probe", quoted),
+		settle:           q(settleQueries[del]), settleLate: q("settle_late"), poisonTry: q(poisonTryQueries[del]),
 		poisonPark: q("poison_park"), poisonBySize: q("poison_by_size"),
-		fence: q("fence"), config: q("relay_config"), probe: q("probe"),
+		fence: q("fence"), config: q("relay_config"),
 		purge: q("purge"), purgeNext: q("purge_next"), purgeLock: q("purge_lock"),
 		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"),
 		leaseAcquire: q("lease_acquire"), leaseRelease: q("lease_release"), leaseNextExpiry: q("lease_next_expiry"),

@@ -251,8 +251,19 @@ const targetClaimMS = 5.0
 // the text of <name>.sql.
 var sqlInclude = regexp.MustCompile(`\{\{include ([a-z_]+)\}\}`)
 
+// claimParams numbers the claims' named parameters (@floor, …: relay/claim.go binds them
+// by name) in the order of this part's EXECUTE argument lists.
+var claimParams = map[string]int{
+	"floor": 1, "replays": 2, "batch_size": 3, // unordered
+	"scope": 3, "heads": 4, "max_per_aggregate": 5, "publish_past_dead": 6, "max_events": 7,
+	"partitions": 8, "cursor_types": 9, "cursor_ids": 10, // ordered
+}
+
+// sqlParam is a named parameter of the relay's SQL.
+var sqlParam = regexp.MustCompile(`@([a-z_]+)`)
+
 // readSQL reads the relay's query name from dir, as the relay renders it (includes
-// expanded, schema not yet substituted).
+// expanded, named parameters numbered as claimParams says, schema not yet substituted).
 func readSQL(dir, name string) (string, error) {
 	fsys := os.DirFS(dir) // reads stay inside dir
 	read := func(name string) (string, error) {
@@ -270,5 +281,14 @@ func readSQL(dir, name string) (string, error) {
 		}
 		text = strings.ReplaceAll(text, m[0], part)
 	}
-	return text, nil
+	var unknown error
+	text = sqlParam.ReplaceAllStringFunc(text, func(m string) string {
+		n, ok := claimParams[m[1:]]
+		if !ok {
+			unknown = fmt.Errorf("%s: parameter %s has no place in this part's argument lists", name, m)
+			return m
+		}
+		return "$" + strconv.Itoa(n)
+	})
+	return text, unknown
 }

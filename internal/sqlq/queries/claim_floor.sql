@@ -1,8 +1,8 @@
 -- claim_floor: where a claim starts reading the pending rows, and what it saw there. Not a
 -- statement: it opens the WITH list of every claim and of the probe (claim_*.sql,
--- poison_candidates_*.sql, probe.sql), so their parameters start with its two:
--- $1: the floor, a seq no pending row is below (relay/floor.go keeps it; 0: read from
--- the first row); $2: the last replay the relay knows of (outbox.replays.id).
+-- poison_candidates_*.sql, probe.sql), so their parameters include its two:
+-- @floor: the floor, a seq no pending row is below (relay/floor.go keeps it; 0: read from
+-- the first row); @replays: the last replay the relay knows of (outbox.replays.id).
 --
 -- Published and deleted rows leave their entries in the pending indexes until VACUUM
 -- (killed, but still read past): after a drained backlog, a claim that reads
@@ -20,7 +20,7 @@
 WITH RECURSIVE replayed AS MATERIALIZED (
     SELECT coalesce(max(r.id), 0) AS id FROM {{schema}}.replays r
 ), bound AS MATERIALIZED (
-    SELECT CASE WHEN (SELECT id FROM replayed) > $2::bigint THEN 0 ELSE $1::bigint END AS seq
+    SELECT CASE WHEN (SELECT id FROM replayed) > @replays::bigint THEN 0 ELSE @floor::bigint END AS seq
 ), seen AS MATERIALIZED (
     SELECT (SELECT p.seq FROM {{schema}}.events p
             WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.available_at IS NOT NULL

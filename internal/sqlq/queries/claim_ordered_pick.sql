@@ -5,18 +5,21 @@
 -- is the top-level one and its rows go straight to the relay (as a CTE, RETURNING went
 -- through a tuplestore: a quarter of a delete-on-publish claim).
 --
--- $1, $2: claim_floor.sql's (the floor, the last replay known); $3: the relay partitions this relay leases (int[]; null: all), $8: how many relay
--- partitions there are (an event partition p is in relay partition p * $8 / 4096: a few
--- integer operations per row, where a list of event partitions cost a search of up to
--- 4096 entries per checked row);
--- $4: max heads (at most $7); $5: max events per aggregate;
--- $6: aggregate types whose dead events do not hold their aggregate (text[]);
--- $7: max events in the batch: each head brings at most $7 / heads events of its
--- aggregate, so the cut is fair, and the relay's memory stays bounded however large
--- $4 × $5;
--- $9, $10: where the last claim stopped in each aggregate type (text[] of types, text[]
--- of aggregate ids; a type not named starts at its first aggregate): the rotation's
--- cursors, kept by the relay (relay/heads.go).
+-- Parameters, by name (relay/claim.go's orderedClaim binds them):
+--   @floor, @replays: claim_floor.sql's (the floor, the last replay known);
+--   @scope: the relay partitions this relay leases (int[]; null: all);
+--   @partitions: how many relay partitions there are (an event partition p is in relay
+--     partition p * @partitions / 4096: a few integer operations per row, where a list
+--     of event partitions cost a search of up to 4096 entries per checked row);
+--   @heads: max heads (at most @max_events); @max_per_aggregate: max events per aggregate;
+--   @publish_past_dead: aggregate types whose dead events do not hold their aggregate
+--     (text[]);
+--   @max_events: max events in the batch: each head brings at most @max_events / heads
+--     events of its aggregate, so the cut is fair, and the relay's memory stays bounded
+--     however large @heads × @max_per_aggregate;
+--   @cursor_types, @cursor_ids: where the last claim stopped in each aggregate type
+--     (text[] of types, text[] of aggregate ids; a type not named starts at its first
+--     aggregate): the rotation's cursors, kept by the relay (relay/heads.go).
 --
 -- A row may be published only when it is its aggregate's head: the first pending row of
 -- the aggregate, not held by an earlier dead row. When at most 64 rows are pending from
@@ -26,7 +29,7 @@
 -- entry past an aggregate's key is the next aggregate's head, costs one index descent
 -- per aggregate however deep its backlog. Heads are shared fairly:
 --   - across aggregate types: each type with a pending row gets an equal share of the
---     $4 heads (at least one), so a type flooding the table cannot hold a quiet one back;
+--     @heads heads (at least one), so a type flooding the table cannot hold a quiet one back;
 --   - within a type, by rotation: its aggregates are read in key order from where the
 --     last claim stopped (then from the first, round the end), so every aggregate gets
 --     its turn however many there are, and a hot aggregate takes one head at a time.
@@ -37,7 +40,7 @@
 -- index-driven without statistics (an ANALYZE on an empty table once turned joins here
 -- into nested loops over the backlog).
 --
--- Each head brings up to $5-1 followers of its aggregate (pipelining within an aggregate).
+-- Each head brings up to @max_per_aggregate-1 followers of its aggregate (pipelining within an aggregate).
 -- Only the contiguous prefix (in seq order) of each aggregate's rows that this statement
 -- locked and that are available is claimed: a row skipped by SKIP LOCKED or not yet
 -- available ends its aggregate's share of the batch.
@@ -71,14 +74,14 @@ near AS MATERIALIZED (
         ORDER BY p.aggregate_type, p.aggregate_id, p.seq
         LIMIT 1) n
 ), share AS MATERIALIZED (
-    SELECT greatest(1, $4::int / greatest(CASE WHEN (SELECT ok FROM few)
+    SELECT greatest(1, @heads::int / greatest(CASE WHEN (SELECT ok FROM few)
         THEN (SELECT count(DISTINCT n.aggregate_type) FROM near n WHERE NOT n.aggregate_type = ANY((SELECT types FROM paused)::text[]))
         ELSE (SELECT count(*) FROM types t WHERE NOT t.aggregate_type = ANY((SELECT types FROM paused)::text[])) END, 1)) AS heads
 ), heads AS MATERIALIZED (
 SELECT c.*,
     -- the first later dead event that holds the aggregate, if any: its followers stop
     -- there (one probe of events_held per head, not one per follower)
-    CASE WHEN NOT c.aggregate_type = ANY(coalesce($6::text[], '{}')) THEN (
+    CASE WHEN NOT c.aggregate_type = ANY(coalesce(@publish_past_dead::text[], '{}')) THEN (
         SELECT d.seq FROM {{schema}}.events d
         WHERE d.aggregate_type = c.aggregate_type AND d.aggregate_id = c.aggregate_id
           AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > c.seq
@@ -98,7 +101,7 @@ FROM (
             (SELECT p.seq, p.ctid, p.aggregate_type, p.aggregate_id, p.partition, p.available_at, false AS wrapped
              FROM {{schema}}.events p
              WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.aggregate_type = ty.aggregate_type
-               AND p.aggregate_id > coalesce((SELECT c.id FROM unnest($9::text[], $10::text[]) AS c(t, id) WHERE c.t = ty.aggregate_type), '')
+               AND p.aggregate_id > coalesce((SELECT c.id FROM unnest(@cursor_types::text[], @cursor_ids::text[]) AS c(t, id) WHERE c.t = ty.aggregate_type), '')
              ORDER BY p.aggregate_type, p.aggregate_id, p.seq
              LIMIT 1)
             UNION ALL
@@ -130,15 +133,15 @@ FROM (
              LIMIT 1)) x
           LIMIT 1) n
         -- once wrapped, stop at the cursor: every aggregate of the type has been read
-        WHERE NOT (n.wrapped AND n.aggregate_id > coalesce((SELECT c.id FROM unnest($9::text[], $10::text[]) AS c(t, id) WHERE c.t = ty.aggregate_type), ''))
+        WHERE NOT (n.wrapped AND n.aggregate_id > coalesce((SELECT c.id FROM unnest(@cursor_types::text[], @cursor_ids::text[]) AS c(t, id) WHERE c.t = ty.aggregate_type), ''))
       )
       SELECT * FROM rotation
     ) a
     WHERE a.available_at <= now()
-      AND ($3::int[] IS NULL OR a.partition * $8::int / 4096 = ANY($3::int[]))
+      AND (@scope::int[] IS NULL OR a.partition * @partitions::int / 4096 = ANY(@scope::int[]))
       AND NOT a.partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])
       -- not held by an earlier dead event (one probe of events_held)
-      AND (a.aggregate_type = ANY($6::text[]) OR (
+      AND (a.aggregate_type = ANY(@publish_past_dead::text[]) OR (
           SELECT d.seq FROM {{schema}}.events d
           WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id
             AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < a.seq
@@ -155,18 +158,18 @@ FROM (
     SELECT a.*, row_number() OVER (PARTITION BY a.aggregate_type ORDER BY a.wrapped, a.aggregate_id) AS turn
     FROM (
       SELECT DISTINCT ON (n.aggregate_type, n.aggregate_id) n.*,
-          n.aggregate_id <= coalesce((SELECT c.id FROM unnest($9::text[], $10::text[]) AS c(t, id) WHERE c.t = n.aggregate_type), '') AS wrapped
+          n.aggregate_id <= coalesce((SELECT c.id FROM unnest(@cursor_types::text[], @cursor_ids::text[]) AS c(t, id) WHERE c.t = n.aggregate_type), '') AS wrapped
       FROM near n
       WHERE (SELECT ok FROM few)
       ORDER BY n.aggregate_type, n.aggregate_id, n.seq
     ) a
     WHERE a.available_at <= now()
-      AND ($3::int[] IS NULL OR a.partition * $8::int / 4096 = ANY($3::int[]))
+      AND (@scope::int[] IS NULL OR a.partition * @partitions::int / 4096 = ANY(@scope::int[]))
       -- not paused (claim_floor.sql)
       AND NOT (SELECT everything FROM paused)
       AND NOT a.aggregate_type = ANY((SELECT types FROM paused)::text[])
       AND NOT a.partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])
-      AND (a.aggregate_type = ANY($6::text[]) OR (
+      AND (a.aggregate_type = ANY(@publish_past_dead::text[]) OR (
           SELECT d.seq FROM {{schema}}.events d
           WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id
             AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < a.seq
@@ -185,7 +188,7 @@ FROM (
   WHERE s.turn <= (SELECT heads FROM share)
  ) u
  ORDER BY u.seq
- LIMIT $4
+ LIMIT @heads
 ) c
 ), picked AS MATERIALIZED (
     SELECT seq, ctid, seq AS head, true AS ready FROM heads
@@ -199,9 +202,9 @@ FROM (
           AND x.seq > h.seq AND x.published_at IS NULL AND x.dead_at IS NULL
           AND (h.hold IS NULL OR x.seq < h.hold) -- not past a dead event that holds them
         ORDER BY x.seq
-        -- the cut: each aggregate gets at most $7 / heads events (and at most $5), so
-        -- the batch holds at most $7 without a sort to cut it
-        LIMIT least($5::int, $7::int / (SELECT count(*) FROM heads)) - 1
+        -- the cut: each aggregate gets at most @max_events / heads events (and at most @max_per_aggregate), so
+        -- the batch holds at most @max_events without a sort to cut it
+        LIMIT least(@max_per_aggregate::int, @max_events::int / (SELECT count(*) FROM heads)) - 1
     ) f
 ),
 -- Lock each picked row where discovery found it: by ctid, a TID scan, where a
