@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/outboxkit/outbox/internal/redact"
 )
 
 // Handler serves the admin API and the dashboard. Create it with [New].
@@ -42,7 +44,7 @@ func New(o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		o:       o,
-		store:   &store{o: o, quoted: quoted},
+		store:   &store{o: o, quoted: quoted, redact: mustPaths(o.RedactPaths)},
 		mux:     http.NewServeMux(),
 		limiter: newLimiter(o.RateLimit, o.RateBurst),
 		token:   sha256.Sum256([]byte(o.Token)),
@@ -83,6 +85,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.o.QueryTimeout)
 	defer cancel()
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// mustPaths parses paths that withDefaults checked.
+func mustPaths(paths []string) []redact.Path {
+	var out []redact.Path
+	for _, s := range paths {
+		p, err := redact.ParsePath(s)
+		if err != nil {
+			panic(err) // withDefaults refused it
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // authenticate reports whether got is the Token or an operator's token, and which

@@ -342,3 +342,25 @@ func TestDiscardPendingOnlyByID(t *testing.T) {
 		}
 	}
 }
+
+// With ShowPayloads, the configured paths are redacted in the event detail (API and
+// page), the rest shown as written; a bad path is refused by name.
+func TestPayloadRedactPaths(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES (gen_random_uuid(), 'order', 'r1', 'order.paid', '{"card":{"number":"4111-PII","brand":"visa"},"total":12.50}')`); err != nil {
+		t.Fatal(err)
+	}
+	id := queryIDs(t, pool)[0]
+	h := newAdmin(t, pool, func(o *outboxadmin.Options) { o.ShowPayloads, o.RedactPaths = true, []string{"$.card.number"} })
+	for _, path := range []string{"/api/events/" + id, "/events/" + id} {
+		code, b := call(t, h, http.MethodGet, path, "", nil)
+		if code != http.StatusOK || strings.Contains(string(b), "4111-PII") || !strings.Contains(string(b), "visa") || !strings.Contains(string(b), "[redacted]") {
+			t.Errorf("GET %s: %d, want the card number redacted and the rest shown:\n%s", path, code, b)
+		}
+	}
+	if _, err := outboxadmin.New(outboxadmin.Options{Pool: pool, ReadOnly: true, RedactPaths: []string{"card.number"}}); err == nil || !strings.Contains(err.Error(), "RedactPaths[0]") {
+		t.Errorf("a bad path: %v, want an error naming RedactPaths[0]", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
@@ -35,6 +36,11 @@ type Options struct {
 	// page). Default false: their sizes and header names only, since payloads may hold
 	// personal data.
 	ShowPayloads bool
+	// RedactPaths are JSON paths of payload fields shown as "[redacted]" when
+	// ShowPayloads is on: $.card.number, $.items[*].ssn, $.contacts[0].phone (the
+	// same paths, and the same redaction, as the outbox command's redact.paths). A
+	// payload that is not JSON is withheld whole when any path is set.
+	RedactPaths []string
 	// PathPrefix is where the handler is mounted: it serves PathPrefix (the dashboard),
 	// PathPrefix+"api/…" and the rest. It must start and end with "/". Default "/".
 	PathPrefix string
@@ -116,6 +122,11 @@ func (o Options) withDefaults() (Options, string, error) {
 		return o, "", errors.New("MaxBulk must be at least 1")
 	case o.RateLimit <= 0 || o.RateBurst < 1:
 		return o, "", errors.New("RateLimit must be positive and RateBurst at least 1")
+	}
+	for i, p := range o.RedactPaths {
+		if _, err := redact.ParsePath(p); err != nil {
+			return o, "", fmt.Errorf("RedactPaths[%d]: %w", i, err)
+		}
 	}
 	seen := map[string]string{o.Token: "Token"}
 	for name, tok := range o.Operators {

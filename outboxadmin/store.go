@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/internal/sqlq"
 	"github.com/outboxkit/outbox/relay"
 )
@@ -181,6 +182,7 @@ type AuditEntry struct {
 type store struct {
 	o      Options
 	quoted string
+	redact []redact.Path // Options.RedactPaths, parsed
 }
 
 func (s *store) q(name string) string { return sqlq.Query(name, s.quoted) }
@@ -306,7 +308,7 @@ func (s *store) event(ctx context.Context, id uuid.UUID) (EventDetail, error) {
 		return d, fmt.Errorf("read event %s headers: %w", id, err)
 	}
 	if payload != nil {
-		p := string(payload)
+		p := string(redact.Payload(payload, s.redact))
 		d.Payload = &p
 	}
 	if d.Audit, err = s.audit(ctx, nil, 100, &id); err != nil {

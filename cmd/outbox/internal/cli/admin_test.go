@@ -25,6 +25,7 @@ func TestDaemonServesTheAdmin(t *testing.T) {
 		"OUTBOX_DATABASE_URL=" + dsn, "OUTBOX_SINK_JSONL_PATH=" + filepath.Join(t.TempDir(), "out.jsonl"),
 		"OUTBOX_HTTP_LISTEN=127.0.0.1:0", "OUTBOX_ADMIN_ENABLED=true", "OUTBOX_ADMIN_TOKEN=" + adminToken,
 		"OUTBOX_ADMIN_OPERATORS=carol:" + carolToken,
+		"OUTBOX_ADMIN_SHOW_PAYLOADS=true", "OUTBOX_REDACT_PATHS=$.card.number",
 	}
 	p := startInProcess(t, env)
 	t.Cleanup(func() {
@@ -39,6 +40,15 @@ func TestDaemonServesTheAdmin(t *testing.T) {
 	}
 	if code, _ := p.get(t, "/metrics"); code != http.StatusOK {
 		t.Fatalf("/metrics beside the admin: %d", code)
+	}
+	// redact.paths applies to the admin's event detail too
+	var id string
+	if err := pool.QueryRow(t.Context(), `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload, dead_at)
+		VALUES (gen_random_uuid(), 'order', 'r1', 'order.paid', '{"card":{"number":"4111-PII","brand":"visa"}}', now()) RETURNING id::text`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := p.get(t, "/outbox/api/events/"+id); code != http.StatusOK || strings.Contains(body, "4111-PII") || !strings.Contains(body, "visa") {
+		t.Fatalf("event detail with admin.show_payloads and redact.paths: %d %s", code, body)
 	}
 	pause := func(token string) int {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+p.addr+"/outbox/api/pause",

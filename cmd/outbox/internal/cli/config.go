@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/amqpsink"
 	"github.com/outboxkit/outbox/sink/kafkasink"
@@ -48,7 +49,7 @@ type Config struct {
 	// Admin configures the admin API and dashboard the daemon serves on HTTPListen.
 	Admin AdminConfig
 	// RedactPaths are the payload fields dead show and tail never show.
-	RedactPaths []payloadPath
+	RedactPaths []redact.Path
 
 	origin map[string]setting // key → the value as written and its source
 }
@@ -63,6 +64,9 @@ type AdminConfig struct {
 	ReadOnly bool
 	// Operators are operators' own tokens, "name:token".
 	Operators []string
+	// ShowPayloads shows payloads (redact.paths redacted) and header values in the
+	// admin's event detail.
+	ShowPayloads bool
 }
 
 // SinkConfig configures the sink of the daemon.
@@ -351,11 +355,11 @@ var options = []option{
 		func(c *Config) *time.Duration { return &c.Sink.HTTP.RequestTimeout }).in(scopeRelay),
 
 	{
-		key: "redact.paths", help: "JSON paths of payload fields shown as [redacted] by dead show and tail, such as $.card.number,$.items[*].ssn (comma-separated)",
+		key: "redact.paths", help: "JSON paths of payload fields shown as [redacted] by dead show, tail and the admin's event detail, such as $.card.number,$.items[*].ssn (comma-separated)",
 		set: func(c *Config, v string) error {
 			c.RedactPaths = nil
 			for _, s := range splitList(v) {
-				p, err := parsePayloadPath(s)
+				p, err := redact.ParsePath(s)
 				if err != nil {
 					return err
 				}
@@ -422,6 +426,8 @@ var options = []option{
 		func(c *Config) *string { return &c.Admin.Token }).in(scopeRelay).hidden(),
 	boolean("admin.read_only", "the admin refuses every state-changing request (no token needed)", false,
 		func(c *Config) *bool { return &c.Admin.ReadOnly }).in(scopeRelay),
+	boolean("admin.show_payloads", "the admin's event detail shows payloads (with redact.paths redacted) and header values", false,
+		func(c *Config) *bool { return &c.Admin.ShowPayloads }).in(scopeRelay),
 	list("admin.operators", "operators' own tokens, name:token (comma-separated), each at least 16 bytes: a change is audited as the operator whose token made it; never printed",
 		func(c *Config) *[]string { return &c.Admin.Operators }).in(scopeRelay).hidden(),
 }

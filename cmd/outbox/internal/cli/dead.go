@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/spf13/cobra"
 )
 
@@ -133,7 +134,7 @@ func (a *app) deadCommand() *cobra.Command {
 			}
 			d.PayloadBytes = len(body)
 			if payload {
-				s := string(redactPayload(body, a.cfg.RedactPaths))
+				s := string(redact.Payload(body, a.cfg.RedactPaths))
 				d.Payload = &s
 			}
 			enc := json.NewEncoder(a.out)

@@ -118,9 +118,14 @@ func (a *app) runRelay(ctx context.Context) error {
 			}
 			operators[name] = tok
 		}
+		var redactPaths []string // redact.paths: the admin's event detail redacts what dead show does
+		for _, p := range a.cfg.RedactPaths {
+			redactPaths = append(redactPaths, p.String())
+		}
 		admin, err := outboxadmin.New(outboxadmin.Options{
 			Pool: pool, Schema: a.cfg.Schema, Token: a.cfg.Admin.Token, ReadOnly: a.cfg.Admin.ReadOnly,
-			Operators: operators, PathPrefix: adminPrefix, Logger: a.log,
+			Operators: operators, ShowPayloads: a.cfg.Admin.ShowPayloads, RedactPaths: redactPaths,
+			PathPrefix: adminPrefix, Logger: a.log,
 		})
 		switch {
 		case err != nil && (strings.Contains(err.Error(), "Operators[") || strings.Contains(err.Error(), "Operators:")):

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/spf13/cobra"
 )
 
@@ -91,7 +92,7 @@ func (a *app) tailCommand() *cobra.Command {
 				}
 				for _, l := range lines {
 					if l.Payload != nil {
-						l.Payload = redactPayload(l.Payload, a.cfg.RedactPaths)
+						l.Payload = redact.Payload(l.Payload, a.cfg.RedactPaths)
 					}
 					if err := enc.Encode(l); err != nil {
 						return err

@@ -1,4 +1,7 @@
-package cli
+// Package redact hides fields of JSON payloads named by a small JSONPath subset, for
+// the operator's views of events (the outbox command's dead show and tail, outboxadmin's
+// event detail): $.card.number, $.items[*].ssn, $.contacts[0].phone.
+package redact
 
 import (
 	"bytes"
@@ -19,18 +22,34 @@ type pathStep struct {
 	isIdx bool
 }
 
-// payloadPath is a parsed JSON path of redact.paths: $.card.number, $.items[*].ssn,
-// $.contacts[0].phone.
-type payloadPath []pathStep
+// Path is a parsed JSON path: $.card.number, $.items[*].ssn, $.contacts[0].phone.
+type Path []pathStep
 
-// parsePayloadPath parses the small JSONPath subset redact.paths takes: $, then .name
-// (letters, digits, _ and -), [n] and [*].
-func parsePayloadPath(s string) (payloadPath, error) {
+// String returns the path as ParsePath reads it.
+func (p Path) String() string {
+	var b strings.Builder
+	b.WriteString("$")
+	for _, st := range p {
+		switch {
+		case !st.isIdx:
+			b.WriteString("." + st.field)
+		case st.index < 0:
+			b.WriteString("[*]")
+		default:
+			b.WriteString("[" + strconv.Itoa(st.index) + "]")
+		}
+	}
+	return b.String()
+}
+
+// ParsePath parses the small JSONPath subset redaction takes: $, then .name (letters,
+// digits, _ and -), [n] and [*].
+func ParsePath(s string) (Path, error) {
 	rest, ok := strings.CutPrefix(s, "$")
 	if !ok {
 		return nil, fmt.Errorf("path %q must start with $", s)
 	}
-	var p payloadPath
+	var p Path
 	for rest != "" {
 		switch rest[0] {
 		case '.':
@@ -63,15 +82,15 @@ func parsePayloadPath(s string) (payloadPath, error) {
 		}
 	}
 	if len(p) == 0 {
-		return nil, fmt.Errorf("path %q names the whole payload: leave --payload off instead", s)
+		return nil, fmt.Errorf("path %q names the whole payload: do not show payloads instead", s)
 	}
 	return p, nil
 }
 
-// redactPayload returns payload with the values at paths replaced by "[redacted]". A
-// payload that is not JSON is withheld entirely when any path is configured (its
-// fields cannot be found, so none can be shown safely).
-func redactPayload(payload []byte, paths []payloadPath) []byte {
+// Payload returns payload with the values at paths replaced by "[redacted]". A payload
+// that is not JSON is withheld entirely when any path is configured (its fields cannot
+// be found, so none can be shown safely).
+func Payload(payload []byte, paths []Path) []byte {
 	if len(paths) == 0 || len(payload) == 0 {
 		return payload
 	}
@@ -91,7 +110,7 @@ func redactPayload(payload []byte, paths []payloadPath) []byte {
 	return out
 }
 
-func redactAt(v any, p payloadPath) any {
+func redactAt(v any, p Path) any {
 	if len(p) == 0 {
 		return redactedValue
 	}
