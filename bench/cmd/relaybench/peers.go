@@ -407,6 +407,7 @@ func pooled(results []peerResult, name string, rate int) peerResult {
 			continue
 		}
 		out.run, out.rate = r.run, r.rate
+		out.achieved += r.achieved * float64(r.events) // weighted; divided below
 		out.events += r.events
 		out.lost += r.lost
 		out.dups += r.dups
@@ -414,6 +415,9 @@ func pooled(results []peerResult, name string, rate int) peerResult {
 		out.claims += r.claims
 		out.lat = append(out.lat, r.lat...)
 		out.txs = append(out.txs, r.txs...)
+	}
+	if out.events > 0 {
+		out.achieved /= float64(out.events)
 	}
 	slices.Sort(out.lat)
 	slices.Sort(out.txs)
@@ -439,7 +443,8 @@ func (b *bench) peersReport(runs []peerRun, results []peerResult) partReport {
 			alone[[2]int{r.rate, r.round}] = r
 		}
 	}
-	row := func(r peerResult, round string, base peerResult, achieved string) {
+	row := func(r peerResult, round string, base peerResult) {
+		achieved := fmt.Sprintf("%.0f", r.achieved)
 		ratio := ""
 		if len(base.txs) > 0 {
 			ratio = fmt.Sprintf("%.2f", float64(percentile(r.txs, 99))/float64(percentile(base.txs, 99)))
@@ -460,9 +465,9 @@ func (b *bench) peersReport(runs []peerRun, results []peerResult) partReport {
 			ms(percentile(r.lat, 50)), ms(percentile(r.lat, 99)), ms(percentile(r.lat, 99.9)), ms(maxLat), ms(percentile(r.txs, 99)), ratio, walPerEvent(r), claims, r.lost, r.dups)
 	}
 	for _, r := range results {
-		row(r, fmt.Sprint(r.round), alone[[2]int{r.rate, r.round}], fmt.Sprintf("%.0f", r.achieved))
+		row(r, fmt.Sprint(r.round), alone[[2]int{r.rate, r.round}])
 	}
-	p("\nAll rounds pooled (every event of every round; the ratio is to the producer alone's pooled tx p99):\n\n")
+	p("\nAll rounds pooled (every event of every round; achieved rate: their mean; the ratio is to the producer alone's pooled tx p99):\n\n")
 	p("| rate | rounds | configuration | events | achieved rate | p50 | p99 | p999 | max | producer tx p99 | × alone | WAL bytes/event | claims/event | lost | dups |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var targets []string
 	lost := 0
@@ -472,7 +477,7 @@ func (b *bench) peersReport(runs []peerRun, results []peerResult) partReport {
 		for _, run := range runs {
 			r := pooled(results, run.name, rate)
 			lost += r.lost
-			row(r, fmt.Sprint(b.o.latencyRounds), base, "")
+			row(r, fmt.Sprint(b.o.latencyRounds), base)
 			if run.kind == peerRelay && rate == targetLatencyRate && len(loop.lat) > 0 && len(r.lat) > 0 {
 				ratio := float64(percentile(r.lat, 99)) / float64(percentile(loop.lat, 99))
 				targets = append(targets, fmt.Sprintf("Peers, this relay at %d events/s, p99 ≤ %.1f × the plain-SQL 10 ms follow loop's (pooled, same run): %s — %.2f × (%.2f ms against %.2f ms).",
