@@ -50,6 +50,11 @@ type childConfig struct {
 	// FollowLoop > 0: instead of relays, run the plain-SQL follow loop polling this
 	// often (the latency part's peer), recording receipts.
 	FollowLoop time.Duration
+	// Peer set: instead of relays, run that peer's consumer (peerWatermill,
+	// peerRiver), recording receipts; PeerPoll is its poll interval (watermill's
+	// PollInterval; River's FetchCooldown and FetchPollInterval, 0: River's defaults).
+	Peer     string
+	PeerPoll time.Duration
 }
 
 // childResult is what a child reports.
@@ -80,6 +85,9 @@ func childMain(spec string) int {
 func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
 	if cfg.FollowLoop > 0 {
 		return runFollowLoopChild(cfg, in, out)
+	}
+	if cfg.Peer != "" {
+		return runPeerChild(cfg, in, out)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

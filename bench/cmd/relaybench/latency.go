@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxkit/outbox"
@@ -158,6 +159,23 @@ func (b *bench) produce(ctx context.Context, path wakePath, rate int) ([]uuid.UU
 		defer n.Close()
 		afterCommit = n.AfterCommit
 	}
+	return b.produceLoop(ctx, rate, func(ctx context.Context, tx pgx.Tx, id uuid.UUID, rng *rand.Rand) error {
+		e := benchdb.Event(1 + rng.IntN(benchdb.Accounts))
+		e.ID = id
+		if _, err := tx.Exec(ctx, benchdb.UpdateSQL, 1+rng.IntN(benchdb.Accounts)); err != nil { // the business row
+			return err
+		}
+		return outbox.Enqueue(ctx, outbox.PgxTx(tx), e)
+	}, afterCommit)
+}
+
+// txBody is the inside of one producer transaction: the business write and the event
+// id (the peer's own write of it), before COMMIT.
+type txBody func(ctx context.Context, tx pgx.Tx, id uuid.UUID, rng *rand.Rand) error
+
+// produceLoop runs the producer of produce with body inside each transaction and
+// afterCommit after each commit.
+func (b *bench) produceLoop(ctx context.Context, rate int, body txBody, afterCommit func(context.Context)) ([]uuid.UUID, []int64, []time.Duration, float64, error) {
 	total := int(float64(rate) * b.o.latencyDuration.Seconds())
 	ids := make([]uuid.UUID, total)
 	commits := make([]int64, total)
@@ -189,18 +207,12 @@ func (b *bench) produce(ctx context.Context, path wakePath, rate int) ([]uuid.UU
 		rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(w))) //nolint:gosec // load generation
 		g.Go(func() error {
 			for i := range due {
-				e := benchdb.Event(1 + rng.IntN(benchdb.Accounts))
-				e.ID = ids[i]
 				began := time.Now()
 				tx, err := b.pool.Begin(gctx)
 				if err != nil {
 					return fmt.Errorf("produce event %d: %w", i, err)
 				}
-				if _, err := tx.Exec(gctx, benchdb.UpdateSQL, 1+rng.IntN(benchdb.Accounts)); err != nil { // the business row
-					_ = tx.Rollback(gctx)
-					return fmt.Errorf("produce event %d: %w", i, err)
-				}
-				if err := outbox.Enqueue(gctx, outbox.PgxTx(tx), e); err != nil {
+				if err := body(gctx, tx, ids[i], rng); err != nil {
 					_ = tx.Rollback(gctx)
 					return fmt.Errorf("produce event %d: %w", i, err)
 				}

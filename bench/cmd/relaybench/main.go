@@ -3,7 +3,9 @@
 // scales out over relay instances against a slow sink (scale), the time from a
 // producer's COMMIT to the sink per wake-up path (latency), what each wake-up path
 // costs writers (writer), and the claim queries' plans on empty, drained and large
-// tables (claim).
+// tables (claim). Run only when named, the peers part measures the latency and the
+// producer's cost beside real peers (the watermill-sql forwarder, River) and the
+// plain-SQL follow loop, with one business transaction for all (see bench/PEERS.md).
 //
 // Against a PostgreSQL server it creates a database of its own (dropped and recreated
 // at start) and migrates a fresh outbox schema before every measurement. Relays run in
@@ -16,6 +18,7 @@
 //
 //	go run ./cmd/relaybench -part all -out RESULTS.md
 //	go run ./cmd/relaybench -part drain -events 50000
+//	go run ./cmd/relaybench -part peers -peers watermill,river -rates 500 -latency-duration 15s -latency-rounds 2
 package main
 
 import (
@@ -40,6 +43,10 @@ import (
 // parts lists the parts in the order -part all runs them.
 var parts = []string{"drain", "scale", "latency", "writer", "claim"}
 
+// extraParts run only when named, after the others: peers (the latency beside
+// watermill and River, which take minutes more).
+var extraParts = []string{"peers"}
+
 type options struct {
 	dsn, database, part, out string
 
@@ -55,6 +62,8 @@ type options struct {
 
 	rates           []int
 	latencyDuration time.Duration
+	latencyRounds   int      // peers: rounds of the whole set
+	peers           []string // peers: the real peers measured besides the relay and the plain loop
 
 	writerClients, writerRuns int
 	writerDuration            time.Duration
@@ -71,7 +80,7 @@ func main() {
 	var limitBatches, limitWorkers, rates string
 	flag.StringVar(&o.dsn, "dsn", benchdb.DefaultDSN, "PostgreSQL server to benchmark (any database; the benchmark creates its own)")
 	flag.StringVar(&o.database, "db", "outbox_relaybench", "database to drop, create and benchmark in")
-	flag.StringVar(&o.part, "part", "all", "parts to run, comma-separated: "+strings.Join(parts, ", ")+", or all")
+	flag.StringVar(&o.part, "part", "all", "parts to run, comma-separated: "+strings.Join(parts, ", ")+", or all; also "+strings.Join(extraParts, ", ")+" (not in all)")
 	flag.StringVar(&o.out, "out", "", `file whose "Relay" section receives the results (replaced or appended); empty: stdout only`)
 	flag.IntVar(&o.events, "events", 200_000, "drain: events in the backlog")
 	flag.IntVar(&o.aggregates, "aggregates", 1000, "drain, scale, claim: aggregates the events are spread over")
@@ -86,7 +95,9 @@ func main() {
 	flag.IntVar(&o.scaleEvents, "scale-events", 20_000, "scale: events in the backlog")
 	flag.DurationVar(&o.scaleLatency, "scale-latency", time.Millisecond, "scale: sink latency per message")
 	flag.StringVar(&rates, "rates", "500,2000", "latency: steady producer rates, events/s")
-	flag.DurationVar(&o.latencyDuration, "latency-duration", 15*time.Second, "latency: length of one producer run")
+	flag.DurationVar(&o.latencyDuration, "latency-duration", 15*time.Second, "latency, peers: length of one producer run")
+	flag.IntVar(&o.latencyRounds, "latency-rounds", 2, "peers: rounds of the whole set of configurations, one after the other")
+	peers := flag.String("peers", peerWatermill+","+peerRiver, "peers: real peers measured beside this relay and the plain-SQL follow loop, comma-separated: "+peerWatermill+", "+peerRiver)
 	flag.IntVar(&o.writerClients, "writer-clients", 32, "writer: concurrent clients")
 	flag.IntVar(&o.writerRuns, "writer-runs", 5, "writer: interleaved runs per wake-up path; the median is reported")
 	flag.DurationVar(&o.writerDuration, "writer-duration", 5*time.Second, "writer: length of one run")
@@ -94,7 +105,10 @@ func main() {
 	flag.StringVar(&o.sqlDir, "sqldir", "../internal/sqlq/queries", "claim: directory of the relay's .sql files")
 	flag.Parse()
 
-	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseModes(*modes, &o.modes), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates))
+	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseModes(*modes, &o.modes), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates), parsePeers(*peers, &o.peers))
+	if o.latencyRounds < 1 {
+		err = errors.Join(err, errNoPeersRounds)
+	}
 	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err = run(ctx, o)
@@ -149,13 +163,14 @@ func selectedParts(spec string) ([]string, error) {
 		f = strings.TrimSpace(f)
 		switch {
 		case f == "all":
-			return parts, nil
-		case !slices.Contains(parts, f):
-			return nil, fmt.Errorf("-part: unknown part %q (want %s or all)", f, strings.Join(parts, ", "))
+			out = append(out, parts...)
+			continue
+		case !slices.Contains(parts, f) && !slices.Contains(extraParts, f):
+			return nil, fmt.Errorf("-part: unknown part %q (want %s, %s or all)", f, strings.Join(parts, ", "), strings.Join(extraParts, ", "))
 		}
 		out = append(out, f)
 	}
-	return slices.DeleteFunc(slices.Clone(parts), func(p string) bool { return !slices.Contains(out, p) }), nil
+	return slices.DeleteFunc(slices.Concat(parts, extraParts), func(p string) bool { return !slices.Contains(out, p) }), nil
 }
 
 func run(ctx context.Context, o options) error {
@@ -193,6 +208,8 @@ func run(ctx context.Context, o options) error {
 			pr, err = b.writer(ctx)
 		case "claim":
 			pr, err = b.claim(ctx)
+		case "peers":
+			pr, err = b.peers(ctx)
 		}
 		if err != nil {
 			return fmt.Errorf("part %s: %w", p, err)

@@ -39,15 +39,7 @@ const (
 	targetNotifierPoints     = 3.0 // the Notifier ≤ 3%
 )
 
-const ordersSchemaSQL = `
-CREATE TABLE IF NOT EXISTS orders (
-    id          uuid PRIMARY KEY,
-    customer_id integer NOT NULL,
-    total_cents bigint NOT NULL,
-    status      text NOT NULL,
-    created_at  timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS orders_customer ON orders (customer_id);
+const ordersSchemaSQL = benchdb.OrdersSQL + `
 -- The outbox table of the seed article (the usual hand-rolled outbox): a uuid key,
 -- the aggregate and the event, a jsonb payload, and a partial index on what is not yet
 -- published, which its relay polls in created_at order.
@@ -63,7 +55,7 @@ CREATE TABLE IF NOT EXISTS article_outbox (
 CREATE INDEX IF NOT EXISTS article_outbox_unpublished ON article_outbox (created_at) WHERE published_at IS NULL;`
 
 const (
-	insertOrderSQL   = `INSERT INTO orders (id, customer_id, total_cents, status) VALUES ($1, $2, $3, 'placed')`
+	insertOrderSQL   = benchdb.InsertOrderSQL
 	insertArticleSQL = `INSERT INTO article_outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4, $5)`
 )
 

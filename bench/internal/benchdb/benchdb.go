@@ -43,6 +43,21 @@ CREATE TABLE minimal_events (
 // UpdateSQL is the business statement: credit one account.
 const UpdateSQL = `UPDATE accounts SET balance = balance + 1 WHERE id = $1`
 
+// OrdersSQL creates the orders table of the realistic business transaction (one
+// INSERT of a new order), if it does not exist.
+const OrdersSQL = `
+CREATE TABLE IF NOT EXISTS orders (
+    id          uuid PRIMARY KEY,
+    customer_id integer NOT NULL,
+    total_cents bigint NOT NULL,
+    status      text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS orders_customer ON orders (customer_id);`
+
+// InsertOrderSQL is that business statement: place one order (id, customer, total).
+const InsertOrderSQL = `INSERT INTO orders (id, customer_id, total_cents, status) VALUES ($1, $2, $3, 'placed')`
+
 // MinimalInsertSQL writes one row into the minimal events table.
 const MinimalInsertSQL = `INSERT INTO minimal_events (aggregate, event_type, payload) VALUES ($1, $2, $3)`
 
