@@ -59,7 +59,9 @@ func (b *bench) drainShapes() []relayShape {
 		if mode == relay.Ordered {
 			// Scaling out onto a backlog: the relays start together once it is written,
 			// and share the partitions while they drain it.
-			out = append(out, relayShape{mode: mode, instances: drainInstancesHi, batchSize: b.o.batch, maxPerAggregate: b.o.maxPerAggregate, cold: true})
+			out = append(out, relayShape{mode: mode, instances: drainInstancesHi, batchSize: b.o.batch, maxPerAggregate: b.o.maxPerAggregate, cold: true},
+				// one batch at a time each: the default's alternative when several run
+				relayShape{mode: mode, instances: drainInstancesHi, batchSize: b.o.batch, maxPerAggregate: b.o.maxPerAggregate, concurrency: 1})
 		}
 		if mode == relay.Unordered {
 			// The default's alternatives: a lone relay running one batch at a time, and
