@@ -114,6 +114,7 @@ func TestRolesFile(t *testing.T) {
 	refused(ctx, t, operator, "the operator rewrites the audit log", `UPDATE outbox.replays SET reason = 'nothing happened'`)
 	refused(ctx, t, operator, "the operator deletes the audit log", `DELETE FROM outbox.replays`)
 	refused(ctx, t, operator, "the operator changes the leases", `UPDATE outbox.leases SET owner = NULL`)
+	refused(ctx, t, operator, "the operator rewrites who paused and why", `UPDATE outbox.pauses SET paused_by = 'nobody', reason = 'nothing happened'`)
 	refused(ctx, t, operator, "the operator reads the inbox", `SELECT * FROM outbox.inbox`)
 
 	consumer := db.pool(t, "outbox_consumer")

@@ -73,12 +73,12 @@ BEGIN
         ('outbox_relay',    'pauses',         'SELECT'),
         -- operator: outbox status/dead/replay/discard/pause/resume/purge/tail/migrate
         -- status, and outboxadmin. The audit log (replays) is append-only for it:
-        -- INSERT, never UPDATE or DELETE; a pause row is updated once, by its resume.
+        -- INSERT, never UPDATE or DELETE; of a pause row only the resume's columns.
         ('outbox_operator', 'events',            'SELECT, UPDATE, DELETE'),
         ('outbox_operator', 'dead_letters',      'SELECT'),
         ('outbox_operator', 'events_archive',    'SELECT, INSERT'),
         ('outbox_operator', 'replays',           'SELECT, INSERT'),
-        ('outbox_operator', 'pauses',            'SELECT, INSERT, UPDATE'),
+        ('outbox_operator', 'pauses',            'SELECT, INSERT, UPDATE (resumed_at, resumed_by, resume_reason)'),
         ('outbox_operator', 'relay_config',      'SELECT'),
         ('outbox_operator', 'leases',            'SELECT'),
         ('outbox_operator', 'relay_members',     'SELECT'),

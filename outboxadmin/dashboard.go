@@ -227,14 +227,18 @@ func (h *Handler) form(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	who, reason := actor(r, r.PostForm.Get("actor")), r.PostForm.Get("reason")
+	who, err := h.actor(r, r.PostForm.Get("actor"))
+	if err != nil {
+		h.errorPage(w, r, err)
+		return
+	}
+	reason := r.PostForm.Get("reason")
 	if err := validateChange(who, reason); err != nil {
 		h.errorPage(w, r, err)
 		return
 	}
 	back := h.o.PathPrefix + "dead"
 	var res Result
-	var err error
 	if s := r.PostForm.Get("id"); s != "" {
 		id, perr := parseID(s)
 		if perr != nil {

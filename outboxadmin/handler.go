@@ -131,12 +131,18 @@ func authenticated(r *http.Request, operator string) *http.Request {
 }
 
 // actor is who a change is recorded as: the operator whose own token authenticated r,
-// whatever the request says, else the actor the request names.
-func actor(r *http.Request, named string) string {
+// whatever the request says, else the actor the request names — which may not be an
+// operator's name (only their own token acts as them).
+func (h *Handler) actor(r *http.Request, named string) (string, error) {
 	if op, ok := r.Context().Value(operatorKey{}).(string); ok {
-		return op
+		return op, nil
 	}
-	return named
+	for _, op := range h.operators {
+		if strings.EqualFold(strings.TrimSpace(named), op.name) {
+			return "", badRequest("actor %q is an operator's name: only that operator's own token acts as them", named)
+		}
+	}
+	return named, nil
 }
 
 // bearer is r's bearer token, "" without one.
@@ -231,11 +237,15 @@ func validateChange(actor, reason string) error {
 func (h *Handler) apiBulk(action Action) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req apiRequest
-		if err := decode(r, &req); err != nil {
+		err := decode(r, &req)
+		if err != nil {
 			h.fail(w, err)
 			return
 		}
-		req.Actor = actor(r, req.Actor)
+		if req.Actor, err = h.actor(r, req.Actor); err != nil {
+			h.fail(w, err)
+			return
+		}
 		if err := validateChange(req.Actor, req.Reason); err != nil {
 			h.fail(w, err)
 			return
@@ -272,7 +282,10 @@ func (h *Handler) apiOne(action Action) http.HandlerFunc {
 			h.fail(w, err)
 			return
 		}
-		req.Actor = actor(r, req.Actor)
+		if req.Actor, err = h.actor(r, req.Actor); err != nil {
+			h.fail(w, err)
+			return
+		}
 		if err := validateChange(req.Actor, req.Reason); err != nil {
 			h.fail(w, err)
 			return

@@ -48,6 +48,29 @@ func TestOperatorTokensNameTheActor(t *testing.T) {
 	}
 }
 
+// With both the shared Token and Operators, a shared-token request cannot name an
+// operator as its actor: only that operator's own token acts as them.
+func TestSharedTokenCannotImpersonateAnOperator(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, "order.changed", aggregates("a", 1), 1)
+	kill(t, pool, "a", 1)
+	h := newAdmin(t, pool, func(o *outboxadmin.Options) { o.Operators = map[string]string{"alice": aliceToken} })
+	for _, actor := range []string{"alice", " Alice "} {
+		if code, body := call(t, h, http.MethodPost, "/api/replay", token, `{"filter":{"aggregate_id":"a0"},"actor":"`+actor+`","reason":"r"}`); code != http.StatusBadRequest || !strings.Contains(string(body), "operator's name") {
+			t.Errorf("shared token as %q: %d %s, want 400", actor, code, body)
+		}
+	}
+	form := url.Values{"kind": {"all"}, "actor": {"alice"}, "reason": {"r"}, "token": {token}}
+	if code, _, _ := postForm(t, h, "/ui/pause", form, nil); code != http.StatusBadRequest {
+		t.Errorf("pause form with the shared token as alice: %d, want 400", code)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.replays`) + queryInt(t, pool, `SELECT count(*) FROM outbox.pauses`); n != 0 {
+		t.Fatalf("%d audit rows after refused impersonations", n)
+	}
+	callJSON(t, h, http.MethodPost, "/api/replay", token, `{"filter":{"aggregate_id":"a0"},"actor":"ops","reason":"r"}`, http.StatusOK, nil)
+}
+
 // Operators' tokens are checked like Token, by name: too short, shared, or unnamed.
 func TestOperatorTokensRefused(t *testing.T) {
 	t.Parallel()

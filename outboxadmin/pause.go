@@ -23,24 +23,31 @@ type pauseRequest struct {
 type PauseResult struct {
 	Pause relay.Paused `json:"pause"`
 	Made  bool         `json:"made"`
+	// Warning says what did not go as it should without undoing the change: a resume
+	// whose wake-up failed (the relays resume at their next poll).
+	Warning string `json:"warning,omitempty"`
 }
 
 // pauseOrResume pauses (resume false) or resumes req's scope, mapping the relay's errors
 // to the API's: a bad request names its field, a scope not paused is a conflict.
 func (h *Handler) pauseOrResume(r *http.Request, req pauseRequest, resume bool) (PauseResult, error) {
-	req.Actor = actor(r, req.Actor)
+	var err error
+	if req.Actor, err = h.actor(r, req.Actor); err != nil {
+		return PauseResult{}, err
+	}
 	if err := validateChange(req.Actor, req.Reason); err != nil {
 		return PauseResult{}, err
 	}
 	pr := relay.PauseRequest{Schema: h.o.Schema, Scope: req.Scope, Actor: req.Actor, Reason: req.Reason}
-	var (
-		res PauseResult
-		err error
-	)
+	var res PauseResult
 	if resume {
 		res.Pause, err = relay.Resume(r.Context(), h.o.Pool, pr)
 	} else {
 		res.Pause, res.Made, err = relay.Pause(r.Context(), h.o.Pool, pr)
+	}
+	switch {
+	case errors.Is(err, relay.ErrNotWoken):
+		res.Warning, err = err.Error(), nil
 	}
 	switch {
 	case errors.Is(err, relay.ErrNotPaused):

@@ -37,9 +37,11 @@ func TestPauseThroughTheAPI(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
 		{`{"scope":{"kind":"tenant"},"actor":"ops","reason":"r"}`, "Scope.Kind"},
 		{`{"scope":{"kind":"partition","partition":99},"actor":"ops","reason":"r"}`, "no such relay partition"},
-		{`{"scope":{"kind":"aggregate_type"},"actor":"ops","reason":"r"}`, "Scope.AggregateType"},
+		{`{"scope":{"kind":"aggregate_type"},"actor":"ops","reason":"r"}`, `needs \"aggregate_type\"`},
+		{`{"scope":{"kind":"aggregate_type","aggregate_type":""},"actor":"ops","reason":"r"}`, "Scope.AggregateType"},
 		{`{"scope":{"kind":"all"},"actor":"ops"}`, "reason"},
 		{`{"scope":{"kind":"all","tenant":"x"},"actor":"ops","reason":"r"}`, "tenant"},
+		{`{"scope":{"kind":"partition"},"actor":"ops","reason":"r"}`, `kind \"partition\" needs \"partition\"`},
 	} {
 		if code, b := call(t, h, http.MethodPost, "/api/pause", token, tc.body); code != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
 			t.Errorf("POST /api/pause %s: %d %s, want 400 naming %s", tc.body, code, b, tc.want)

@@ -95,8 +95,10 @@ type Relay struct {
 	Partitions []int32    `json:"partitions"`
 	Started    *time.Time `json:"started,omitempty"`
 	Heartbeat  *time.Time `json:"heartbeat,omitempty"`
-	// BreakerOpenUntil is until when the relay's breaker keeps it off its sink (it found
-	// the sink down), as of its last heartbeat; nil while the sink is up.
+	// BreakerOpenUntil is set while the relay's breaker is open (it found its sink down
+	// and no probe has succeeded since), as of its last heartbeat: until when it waits
+	// before its next probe (past while a probe is due or under way); nil while the sink
+	// is up.
 	BreakerOpenUntil *time.Time `json:"breaker_open_until,omitempty"`
 	// Published, Dead and BreakerOpens are the relay's counters since it started, as of
 	// its last heartbeat.

@@ -73,7 +73,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.outcomes.Collect(ch)
 	m.batchDuration.Collect(ch)
 	m.latency.Collect(ch)
-	s := m.relay.Stats()
+	r := m.watched()
+	if r == nil { // not watching a relay yet: nothing else to say
+		return
+	}
+	s := r.Stats()
 	for _, c := range relayCounters {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.get(s)))
 	}

@@ -115,7 +115,8 @@ func (m *Metrics) BatchSettled(b relay.BatchReport) {
 func progress(s relay.Stats) int64 { return s.Published + s.Dead }
 
 // Run refreshes the database gauges (every Interval) and the progress clock behind
-// [Metrics.Stalled] (every second, or Interval when shorter) until ctx ends.
+// [Metrics.Stalled] (every second, or Interval when shorter) until ctx ends. Call it
+// after Watch: before, it has no relay to follow.
 func (m *Metrics) Run(ctx context.Context) {
 	t := time.NewTicker(min(time.Second, m.interval))
 	defer t.Stop()
@@ -142,7 +143,11 @@ func (m *Metrics) Stalled() time.Duration {
 // tick advances the progress clock: the relay progressed, or it has no backlog to make
 // progress on.
 func (m *Metrics) tick(now time.Time) {
-	n := progress(m.relay.Stats())
+	r := m.watched()
+	if r == nil {
+		return
+	}
+	n := progress(r.Stats())
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n != m.lastCount || (m.dbErr == nil && !m.dbAt.IsZero() && !m.db.OwnedBacklog) {
@@ -151,8 +156,18 @@ func (m *Metrics) tick(now time.Time) {
 	m.lastCount = n
 }
 
-// refresh reads the database gauges when they are older than Interval.
+// watched returns the relay Watch named; nil before.
+func (m *Metrics) watched() *relay.Relay {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.relay
+}
+
+// refresh reads the database gauges when they are older than Interval (not before Watch).
 func (m *Metrics) refresh(ctx context.Context) {
+	if m.watched() == nil {
+		return
+	}
 	m.mu.Lock()
 	fresh := !m.dbAt.IsZero() && time.Since(m.dbAt) < m.interval
 	m.mu.Unlock()
@@ -174,10 +189,13 @@ func (m *Metrics) refresh(ctx context.Context) {
 // round trip.
 func (m *Metrics) read(ctx context.Context) (dbGauges, error) {
 	var g dbGauges
-	cfg := m.relay.Config()
+	m.mu.Lock()
+	r, gaugesSQL, summarySQL := m.relay, m.gaugesSQL, m.summarySQL
+	m.mu.Unlock()
+	cfg := r.Config()
 	b := &pgx.Batch{}
-	b.Queue(m.gaugesSQL, m.relay.Owner(), string(cfg.Mode), cfg.Partitions, cfg.BatchTimeout+10*time.Second)
-	b.Queue(m.summarySQL)
+	b.Queue(gaugesSQL, r.Owner(), string(cfg.Mode), cfg.Partitions, cfg.BatchTimeout+10*time.Second)
+	b.Queue(summarySQL)
 	br := m.pool.SendBatch(ctx, b)
 	defer func() { _ = br.Close() }()
 	if err := br.QueryRow().Scan(&g.TableBytes, &g.IndexBytes, &g.OldestXminSeconds, &g.OwnedBacklog, &g.LeasesHeld); err != nil {

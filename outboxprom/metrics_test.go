@@ -152,3 +152,19 @@ func BenchmarkObserverBatch(b *testing.B) {
 		m.BatchSettled(rep)
 	}
 }
+
+// Collected before Watch (a registry scraped while the relay is being built), the
+// metrics hold what the Observer saw and nothing else: no panic.
+func TestCollectBeforeWatch(t *testing.T) {
+	t.Parallel()
+	m := outboxprom.New(nil, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	m.BatchSettled(relay.BatchReport{Events: []relay.EventReport{{EventType: "e", Outcome: relay.OutcomePublished, CreatedAt: time.Now()}}})
+	if got := gauge(t, reg, "outbox_events_total", "event_type", "e", "outcome", "published"); got != 1 {
+		t.Fatalf("outbox_events_total = %v before Watch, want 1", got)
+	}
+	if got := gauge(t, reg, "outbox_published_total"); got != -1 {
+		t.Fatalf("outbox_published_total present (%v) before Watch", got)
+	}
+}

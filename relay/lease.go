@@ -175,14 +175,17 @@ func (k *leaseKeeper) round(ctx context.Context) time.Duration {
 		renewedList []int32
 		notified    any
 	)
-	var openUntil *time.Time
+	// the breaker's state as the database's time: open (not closed: waiting or probing)
+	// for the milliseconds left of its wait, 0 once the wait is over; null when closed
+	var openForMS *int64
 	if k.breakerUntil != nil {
 		if t := k.breakerUntil(); !t.IsZero() {
-			openUntil = &t
+			ms := max(0, time.Until(t).Milliseconds())
+			openForMS = &ms
 		}
 	}
 	if err := k.pool.QueryRow(ctx, k.q.leaseBeat, k.owner, ttl.Milliseconds(), parts, epochs, k.channel,
-		openUntil, k.stats.published.Load(), k.stats.dead.Load(), k.stats.breakerOpens.Load()).Scan(&members, &renewedList, &notified); err != nil {
+		openForMS, k.stats.published.Load(), k.stats.dead.Load(), k.stats.breakerOpens.Load()).Scan(&members, &renewedList, &notified); err != nil {
 		return fail("relay heartbeat", err)
 	}
 	k.members.Store(int32(members))

@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -138,6 +140,35 @@ func (s PauseScope) MarshalJSON() ([]byte, error) {
 	}
 }
 
+// UnmarshalJSON reads the scope MarshalJSON writes, and refuses one that leaves out
+// what its kind needs: {"kind": "partition"} without "partition" is not partition 0.
+func (s *PauseScope) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Kind          PauseKind `json:"kind"`
+		Partition     *int      `json:"partition"`
+		AggregateType *string   `json:"aggregate_type"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return fmt.Errorf("scope: %w", err)
+	}
+	*s = PauseScope{Kind: v.Kind}
+	switch {
+	case v.Kind == PausePartition && v.Partition == nil:
+		return errors.New(`scope: kind "partition" needs "partition"`)
+	case v.Kind == PauseAggregateType && v.AggregateType == nil:
+		return errors.New(`scope: kind "aggregate_type" needs "aggregate_type"`)
+	}
+	if v.Partition != nil {
+		s.Partition = *v.Partition
+	}
+	if v.AggregateType != nil {
+		s.AggregateType = *v.AggregateType
+	}
+	return nil
+}
+
 // pauseParams are the parameters of pause.sql and resume.sql.
 type pauseParams struct {
 	Scope         string  `sql:"scope"`
@@ -165,6 +196,11 @@ var ErrInvalidPauseRequest = errors.New("invalid pause request")
 // ErrNoSuchPartition is matched by the error [Pause] returns when its scope names a
 // relay partition the schema's relays do not have.
 var ErrNoSuchPartition = errors.New("no such relay partition")
+
+// ErrNotWoken is matched by the error [Resume] returns when the resume is done (its
+// Paused is valid) but the wake-up could not be sent: the relays resume at their next
+// poll instead of at once.
+var ErrNotWoken = errors.New("resumed, but the relays were not woken")
 
 // ErrNotPaused is matched by the error [Resume] returns when its scope is not paused.
 var ErrNotPaused = errors.New("not paused")
@@ -216,7 +252,8 @@ func Pause(ctx context.Context, pool *pgxpool.Pool, r PauseRequest) (p Paused, m
 
 // Resume ends the active pause of r.Scope, recording who and why, wakes the schema's
 // relays (those that listen claim at once; the others at their next poll) and returns
-// the pause it ended. When the scope is not paused, the error matches [ErrNotPaused].
+// the pause it ended. When the scope is not paused, the error matches [ErrNotPaused];
+// when only the wake-up failed, the pause is ended and the error matches [ErrNotWoken].
 // Resuming one scope leaves the others paused: a paused aggregate type stays paused
 // after "all" is resumed.
 func Resume(ctx context.Context, pool *pgxpool.Pool, r PauseRequest) (Paused, error) {
@@ -237,7 +274,7 @@ func Resume(ctx context.Context, pool *pgxpool.Pool, r PauseRequest) (Paused, er
 		return Paused{}, fmt.Errorf("resume %s: %w", r.Scope, ErrNotPaused)
 	}
 	if _, err := pool.Exec(ctx, sqlq.Query("notify", quoted), outbox.WakeupChannel(cmp.Or(r.Schema, sqlq.DefaultSchema)), ""); err != nil {
-		return found[0], fmt.Errorf("resume: resumed, but the relays were not woken (they claim at their next poll): %w", err)
+		return found[0], fmt.Errorf("resume %s: %w (they claim at their next poll): %w", r.Scope, ErrNotWoken, err)
 	}
 	return found[0], nil
 }

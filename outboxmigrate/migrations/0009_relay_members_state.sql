@@ -4,7 +4,9 @@
 -- in the relay's memory and its own /metrics.
 -- {{schema}} is replaced by the quoted schema name before this runs.
 ALTER TABLE {{schema}}.relay_members
-    -- until when the relay's breaker keeps it off its sink; NULL: closed (the sink is up)
+    -- not NULL while the relay's breaker is open (its sink was found down and no probe
+    -- has succeeded since): until when it waits before its next probe, which may be past
+    -- while a probe is due or under way; NULL: closed (the sink is up)
     ADD COLUMN breaker_open_until timestamptz,
     -- the relay's counters since it started, as of its last heartbeat
     ADD COLUMN published bigint NOT NULL DEFAULT 0,

@@ -5,11 +5,12 @@
 -- for an hour are forgotten. A relay's first heartbeat (its row is new: xmax = 0) wakes
 -- the other relays' lease rounds, if there are any, on channel $5, so they make room for
 -- it at once rather than at their next round. The relay's state goes with the beat
--- (0009_relay_members_state.sql): $6 until when its breaker is open (null: closed), $7
--- events published, $8 dead, $9 breaker openings since it started.
+-- (0009_relay_members_state.sql): $6 the milliseconds left of the breaker's wait (null:
+-- closed; 0: open, its wait over, a probe due or under way), turned into a time on the
+-- database's clock; $7 events published, $8 dead, $9 breaker openings since it started.
 WITH beat AS (
     INSERT INTO {{schema}}.relay_members (owner, expires_at, breaker_open_until, published, dead, breaker_opens)
-    VALUES ($1, now() + $2 * interval '1 millisecond', $6, $7, $8, $9)
+    VALUES ($1, now() + $2 * interval '1 millisecond', now() + $6::bigint * interval '1 millisecond', $7, $8, $9)
     ON CONFLICT (owner) DO UPDATE SET heartbeat_at = now(), expires_at = excluded.expires_at,
         breaker_open_until = excluded.breaker_open_until, published = excluded.published,
         dead = excluded.dead, breaker_opens = excluded.breaker_opens

@@ -109,6 +109,7 @@ func TestAdminConfigRefused(t *testing.T) {
 		{[]string{"OUTBOX_HTTP_LISTEN=127.0.0.1:0", "OUTBOX_ADMIN_ENABLED=true"}, "admin.token:"},
 		{[]string{"OUTBOX_HTTP_LISTEN=127.0.0.1:0", "OUTBOX_ADMIN_ENABLED=true", "OUTBOX_ADMIN_TOKEN=short"}, "admin.token:"},
 		{[]string{"OUTBOX_HTTP_LISTEN=127.0.0.1:0", "OUTBOX_ADMIN_ENABLED=true", "OUTBOX_ADMIN_OPERATORS=alice"}, "admin.operators: an entry must be name:token"},
+		{[]string{"OUTBOX_HTTP_LISTEN=127.0.0.1:0", "OUTBOX_ADMIN_ENABLED=true", "OUTBOX_ADMIN_OPERATORS=alice:" + carolToken + ",alice:" + adminToken}, `admin.operators: operator "alice" is named twice`},
 		{[]string{"OUTBOX_HTTP_LISTEN=127.0.0.1:0", "OUTBOX_ADMIN_ENABLED=true", "OUTBOX_ADMIN_OPERATORS=alice:short"}, `admin.operators: outboxadmin: Operators["alice"]`},
 	} {
 		env := append([]string{"OUTBOX_DATABASE_URL=" + dsn, "OUTBOX_SINK_JSONL_PATH=" + filepath.Join(t.TempDir(), "out.jsonl")}, tc.env...)

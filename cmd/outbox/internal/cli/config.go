@@ -420,7 +420,7 @@ var options = []option{
 		func(c *Config) *time.Duration { return &c.StallAfter }).in(scopeRelay),
 	duration("metrics.interval", "how often the database gauges are recomputed, at most", 10*time.Second,
 		func(c *Config) *time.Duration { return &c.MetricsInterval }).in(scopeRelay),
-	boolean("admin.enabled", "serve the admin API and dashboard (outboxadmin) under /outbox/ on http.listen", false,
+	boolean("admin.enabled", "serve the admin API and dashboard (outboxadmin) under /outbox/ on http.listen; reads need no token there, so keep http.listen on localhost or behind an authenticating proxy", false,
 		func(c *Config) *bool { return &c.Admin.Enabled }).in(scopeRelay),
 	str("admin.token", "bearer token of the admin's state-changing requests, at least 16 bytes; required unless admin.read_only; never printed", "",
 		func(c *Config) *string { return &c.Admin.Token }).in(scopeRelay).hidden(),

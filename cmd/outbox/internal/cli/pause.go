@@ -68,9 +68,12 @@ func (a *app) pauseCommand(resume bool) *cobra.Command {
 			req := relay.PauseRequest{Schema: a.cfg.Schema, Scope: scope, Actor: cmpOr(o.actor, defaultActor(a.io.Env)), Reason: o.reason}
 			if resume {
 				p, err := relay.Resume(cmd.Context(), pool, req)
-				if errors.Is(err, relay.ErrNotPaused) {
+				switch {
+				case errors.Is(err, relay.ErrNotPaused):
 					return exitError{ExitFailure, err}
-				} else if err != nil {
+				case errors.Is(err, relay.ErrNotWoken):
+					a.log.Warn("the relays were not woken: they resume at their next poll", "error", err)
+				case err != nil:
 					return tableError("pauses", err)
 				}
 				a.printf("resumed %s (paused %s by %s: %s)\n", p.Scope, p.At.Format("2006-01-02 15:04:05Z07:00"), p.By, p.Reason)

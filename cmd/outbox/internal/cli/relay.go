@@ -116,6 +116,9 @@ func (a *app) runRelay(ctx context.Context) error {
 			if !ok || name == "" || tok == "" {
 				return usagef("admin.operators: an entry must be name:token")
 			}
+			if _, dup := operators[name]; dup {
+				return usagef("admin.operators: operator %q is named twice", name)
+			}
 			operators[name] = tok
 		}
 		var redactPaths []string // redact.paths: the admin's event detail redacts what dead show does
@@ -130,6 +133,8 @@ func (a *app) runRelay(ctx context.Context) error {
 		switch {
 		case err != nil && (strings.Contains(err.Error(), "Operators[") || strings.Contains(err.Error(), "Operators:")):
 			return usagef("admin.operators: %w", err)
+		case err != nil && strings.Contains(err.Error(), "RedactPaths"):
+			return usagef("redact.paths: %w", err)
 		case err != nil:
 			return usagef("admin.token: %w", err)
 		}
