@@ -3,8 +3,8 @@ package relay
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
