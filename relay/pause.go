@@ -213,8 +213,9 @@ var ErrNotPaused = errors.New("not paused")
 // (nothing is changed then: the earlier pause stands).
 //
 // A paused aggregate type or partition is stepped over by the claims: an unordered claim
-// still reads the paused rows older than the ones it takes, so pause a type for an
-// incident, not as a filter kept for days.
+// reads the paused rows in seq order and filters them (those older than what it takes,
+// and the rest when it does not fill its batch), so pause a type for an incident, not as
+// a filter kept for days. Relays of a version before the pauses migration ignore pauses.
 func Pause(ctx context.Context, pool *pgxpool.Pool, r PauseRequest) (p Paused, made bool, err error) {
 	quoted, err := r.validate()
 	if err != nil {

@@ -182,3 +182,34 @@ func enqueueTyped(t testing.TB, pool *pgxpool.Pool, typ string, aggs []string, p
 		t.Fatal(err)
 	}
 }
+
+// An idle relay whose first due rows are all paused (more than its probe reads, 1,000)
+// still finds an unpaused event behind them and publishes it, in both modes.
+func TestPausedBacklogDoesNotHideTheRest(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := pgtest.Pool(t)
+			if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload)
+				SELECT gen_random_uuid(), 'payment', 'p' || (g % 50), 'payment.captured', '{}' FROM generate_series(1, 3000) g`); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := relay.Pause(ctx, pool, relay.PauseRequest{Scope: relay.PauseScope{Kind: relay.PauseAggregateType, AggregateType: "payment"}, Actor: "t", Reason: "r"}); err != nil {
+				t.Fatal(err)
+			}
+			sink := &memsink.Sink{}
+			cfg := fastConfig()
+			cfg.Mode, cfg.Wakeup = mode, relay.WakeupPoll // idle workers probe every poll
+			start(t, newRelay(t, pool, sink, cfg))
+			waitUntil(t, 10*time.Second, "the relay idle on the paused backlog", func() bool { return len(sink.Messages()) == 0 && queryInt(t, pool, `SELECT count(*) FROM outbox.relay_members`) == 1 })
+			time.Sleep(200 * time.Millisecond) // several polls, each probing: the workers are idle now
+			enqueueTyped(t, pool, "order", aggregates("o", 1), 1)
+			waitFor(t, sink, 10*time.Second, "the order behind 3,000 paused payments", counted(1, func(m outbox.Message) bool { return m.AggregateType == "order" }))
+			if n := count(sink.Messages(), func(m outbox.Message) bool { return m.AggregateType == "payment" }); n != 0 {
+				t.Fatalf("%d paused payments published", n)
+			}
+		})
+	}
+}

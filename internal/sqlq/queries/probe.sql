@@ -7,14 +7,28 @@
 -- relay's floor moves on too.
 {{include claim_floor}}
 ready AS MATERIALIZED (
-    SELECT EXISTS (
-        SELECT 1 FROM {{schema}}.events
-        WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= now()
-          AND seq >= (SELECT min_pending FROM seen)
-          AND (@scope::int[] IS NULL OR partition * @partitions::int / 4096 = ANY(@scope::int[]))
-          -- not paused: a relay whose every row is paused stays idle
-          AND NOT (SELECT everything FROM paused)
-          AND NOT aggregate_type = ANY((SELECT types FROM paused)::text[])
-          AND NOT partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])) AS ready
+    SELECT CASE
+        -- no aggregate type or partition paused: the first due row in scope answers
+        WHEN cardinality((SELECT types FROM paused)) = 0 AND cardinality((SELECT parts FROM paused)) = 0 THEN EXISTS (
+            SELECT 1 FROM {{schema}}.events
+            WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= now()
+              AND seq >= (SELECT min_pending FROM seen)
+              AND (@scope::int[] IS NULL OR partition * @partitions::int / 4096 = ANY(@scope::int[]))
+              AND NOT (SELECT everything FROM paused))
+        -- a type or a partition paused: its rows are not in the index's order, so read at
+        -- most 1,000 due rows; none unpaused among them, but 1,000 read: there may be
+        -- more, and the claim (which skips a paused type without reading it) decides.
+        -- Without this cap an idle relay re-read the whole paused backlog every poll.
+        ELSE (SELECT coalesce(bool_or((@scope::int[] IS NULL OR r.partition * @partitions::int / 4096 = ANY(@scope::int[]))
+                                     AND NOT r.aggregate_type = ANY((SELECT types FROM paused)::text[])
+                                     AND NOT r.partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])), false)
+                     OR count(*) = 1000
+              FROM (SELECT e.partition, e.aggregate_type FROM {{schema}}.events e
+                    WHERE e.published_at IS NULL AND e.dead_at IS NULL AND e.available_at <= now()
+                      AND e.seq >= (SELECT min_pending FROM seen)
+                    ORDER BY e.seq
+                    LIMIT 1000) r
+              WHERE NOT (SELECT everything FROM paused))
+    END AS ready
 )
 SELECT (SELECT ready FROM ready), {{include claim_seen}}
