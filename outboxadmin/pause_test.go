@@ -80,6 +80,15 @@ func TestPauseThroughTheDashboard(t *testing.T) {
 	if code, _, _ := postForm(t, h, "/ui/pause", form, map[string]string{"Sec-Fetch-Site": "cross-site"}); code != http.StatusForbidden {
 		t.Fatalf("cross-site pause form: %d, want 403", code)
 	}
+	if code, _, _ := postForm(t, h, "/ui/pause", form, map[string]string{"Sec-Fetch-Site": "", "Origin": "https://evil.example"}); code != http.StatusForbidden {
+		t.Fatalf("pause form from another origin: %d, want 403", code)
+	}
+	ro := newAdmin(t, pool, func(o *outboxadmin.Options) { o.ReadOnly = true })
+	for _, path := range []string{"/ui/pause", "/ui/resume"} {
+		if code, _, _ := postForm(t, ro, path, form, nil); code != http.StatusForbidden {
+			t.Fatalf("read-only %s: %d, want 403", path, code)
+		}
+	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.pauses`); n != 0 {
 		t.Fatalf("%d pauses after refused forms", n)
 	}
