@@ -44,9 +44,31 @@ func TestOrderedClaimPlanAfterDrainedBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// the same plans with no pause, then with an aggregate type and a partition paused
+	// (the claims' paused CTE adds filters, which must not turn the plan to a scan)
+	for _, pause := range []struct{ name, sql string }{
+		{"unpaused", ""},
+		{"type and partition paused", `INSERT INTO outbox.pauses (scope, aggregate_type, paused_by, reason) VALUES ('aggregate_type', 'zzz', 't', 'r');
+			INSERT INTO outbox.pauses (scope, partition, paused_by, reason) VALUES ('partition', 3, 't', 'r')`},
+	} {
+		for _, stmt := range strings.Split(pause.sql, ";") {
+			if strings.TrimSpace(stmt) == "" {
+				continue
+			}
+			if _, err := pool.Exec(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		claimPlans(ctx, t, pool, quoted, pause.name)
+	}
+}
+
+// claimPlans checks the custom and generic plans of both ordered claims (a subtest each,
+// named after state).
+func claimPlans(ctx context.Context, t *testing.T, pool *pgxpool.Pool, quoted, state string) {
 	for _, name := range []string{"claim_ordered", "claim_ordered_delete"} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-			t.Run(name+"/"+mode, func(t *testing.T) {
+			t.Run(state+"/"+name+"/"+mode, func(t *testing.T) {
 				plan := explainClaim(ctx, t, pool, bindClaim(Ordered, name, quoted), mode)
 				if bad := probesThroughPending(plan); len(bad) > 0 {
 					t.Errorf("per-aggregate probes scan events_pending:\n%s\n\nplan:\n%s", strings.Join(bad, "\n"), plan)
