@@ -207,7 +207,9 @@ func TestPausedBacklogDoesNotHideTheRest(t *testing.T) {
 			cfg := fastConfig()
 			cfg.Mode, cfg.Wakeup = mode, relay.WakeupPoll // idle workers probe every poll
 			start(t, newRelay(t, pool, sink, cfg))
-			waitUntil(t, 10*time.Second, "the relay idle on the paused backlog", func() bool { return len(sink.Messages()) == 0 && queryInt(t, pool, `SELECT count(*) FROM outbox.relay_members`) == 1 })
+			waitUntil(t, 10*time.Second, "the relay idle on the paused backlog", func() bool {
+				return len(sink.Messages()) == 0 && queryInt(t, pool, `SELECT count(*) FROM outbox.relay_members`) == 1
+			})
 			time.Sleep(200 * time.Millisecond) // several polls, each probing: the workers are idle now
 			enqueueTyped(t, pool, "order", aggregates("o", 1), 1)
 			waitFor(t, sink, 10*time.Second, "the order behind 3,000 paused payments", counted(1, func(m outbox.Message) bool { return m.AggregateType == "order" }))
