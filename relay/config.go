@@ -93,18 +93,17 @@ type Config struct {
 	// notifications do not arrive (a transaction-pooling PgBouncer). WakeupPoll only polls.
 	Wakeup Wakeup
 	// Concurrency is the number of batches in flight at once, each holding a pool
-	// connection while its sink publishes; at most the pool's MaxConns. Default in
-	// Ordered mode: [DefaultOrderedConcurrency] (2) per relay — while one batch is being
-	// published (or waits for a slow call), the other claims and publishes other
-	// aggregates (the relay's partitions are dealt out among its workers, so two batches
-	// never read the same aggregates; ADR 0024). Default in Unordered mode:
-	// [DefaultUnorderedConcurrency] (2) among all the relays of the schema, at least 1
-	// each — a relay alone runs 2 batches at once, relays that find others alive (they
-	// announce themselves in relay_members every LeaseTTL/3) run 1 each: many claims at
-	// once on a small server lose more to SKIP LOCKED walking past each other's rows
-	// than they gain (bench/RESULTS.md). Either mode: 1 on a pool of fewer than 4
-	// connections (half the pool stays free for retention and for a sink or an
-	// application sharing it). A Concurrency you set is per relay.
+	// connection while its sink publishes; at most the pool's MaxConns. Default: the
+	// mode's default ([DefaultOrderedConcurrency], [DefaultUnorderedConcurrency]: 2)
+	// among all the relays of the schema, at least 1 each — a relay alone runs 2 batches
+	// at once (in ordered mode, while one is being published or waits for a slow call,
+	// the other claims and publishes other aggregates; the relay's partitions are dealt
+	// out among its workers, so two batches never read the same aggregates, ADR 0024),
+	// relays that find others alive (they announce themselves in relay_members every
+	// LeaseTTL/3) run 1 each: many batch transactions at once on a small server lose more
+	// than they gain (ADR 0006, ADR 0027). 1 on a pool of fewer than 4 connections (half
+	// the pool stays free for retention and for a sink or an application sharing it). A
+	// Concurrency you set is per relay.
 	Concurrency int
 	// PublishCalls is the most Publish calls one batch makes at once. The batch's
 	// aggregates are dealt out among them, each aggregate's messages in one call and in
@@ -183,8 +182,8 @@ const (
 	// DefaultUnorderedConcurrency is the number of batches in flight that the unordered
 	// relays of a schema share when their Concurrency is unset.
 	DefaultUnorderedConcurrency = 2
-	// DefaultOrderedConcurrency is the number of batches an ordered relay has in flight
-	// when its Concurrency is unset.
+	// DefaultOrderedConcurrency is the number of batches in flight that the ordered
+	// relays of a schema share when their Concurrency is unset.
 	DefaultOrderedConcurrency   = 2
 	DefaultPublishCalls         = 32
 	DefaultSlowPublish          = 50 * time.Millisecond
@@ -287,16 +286,15 @@ type workerPlan struct {
 }
 
 // workers returns the plan for c (defaults filled in) on a pool of maxConns
-// connections: Concurrency when set; else in ordered mode DefaultOrderedConcurrency
-// per relay, in unordered mode DefaultUnorderedConcurrency shared with the schema's
-// other relays — in both at most half the pool (at least 1), which stays free for
-// retention, a sink or the application.
+// connections: Concurrency when set; else the mode's default (DefaultOrderedConcurrency,
+// DefaultUnorderedConcurrency) shared with the schema's other relays — at most half the
+// pool (at least 1), which stays free for retention, a sink or the application.
 func (c *Config) workers(maxConns int) (workerPlan, error) {
 	p := workerPlan{max: c.Concurrency}
 	switch {
 	case c.Concurrency > 0:
 	case c.Mode == Ordered:
-		p.max = min(DefaultOrderedConcurrency, max(1, maxConns/2))
+		p.max, p.shared = min(DefaultOrderedConcurrency, max(1, maxConns/2)), true
 	default:
 		p.max, p.shared = min(DefaultUnorderedConcurrency, max(1, maxConns/2)), true
 	}
@@ -309,12 +307,13 @@ func (c *Config) workers(maxConns int) (workerPlan, error) {
 
 // active is how many of the plan's workers run batches while members relays of the
 // schema are alive: all of them, or a share of the default (at least one). On a small
-// server many claims at once lose more to SKIP LOCKED walking past each other's rows
-// than they gain (bench/RESULTS.md: 4 relays of 2 batches each drained at 0.57–0.74 of
-// the SQL limit, 4 relays of 1 at 0.70–0.86; ADR 0006).
+// server many claims at once lose more than they gain: unordered ones to SKIP LOCKED
+// walking past each other's rows (4 relays of 2 batches each drained at 0.57–0.74 of the
+// SQL limit, 4 relays of 1 at 0.70–0.86; ADR 0006), ordered ones to eight batch
+// transactions contending for two cores (0.42 against 0.61; ADR 0027).
 func (p workerPlan) active(members int) int {
 	if !p.shared {
 		return p.max
 	}
-	return min(p.max, max(1, DefaultUnorderedConcurrency/max(1, members)))
+	return max(1, p.max/max(1, members))
 }

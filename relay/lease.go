@@ -188,12 +188,22 @@ func (k *leaseKeeper) round(ctx context.Context) time.Duration {
 		openForMS, k.stats.published.Load(), k.stats.dead.Load(), k.stats.breakerOpens.Load()).Scan(&members, &renewedList, &notified); err != nil {
 		return fail("relay heartbeat", err)
 	}
-	k.members.Store(int32(members))
+	if old := k.members.Swap(int32(members)); old != int32(members) {
+		// the relays' share of the default Concurrency moved, and so did the deal of
+		// partitions among the active workers: a worker that went idle on its old share
+		// may have work in its new one
+		k.workAvailable()
+	}
 	if k.cfg.Mode == Unordered { // no leases: the heartbeat only counts the relays
 		return interval
 	}
 	target := (k.cfg.Partitions + members - 1) / members
-	excess, need := k.settle(renewedList, parts, sent.Add(ttl-k.margin()), target)
+	excess, need, revived := k.settle(renewedList, parts, sent.Add(ttl-k.margin()), target)
+	if revived {
+		// partitions claims left out (a lapsed local deadline, a hand-over called off)
+		// are claimable again: idle workers that probed meanwhile found nothing there
+		k.workAvailable()
+	}
 	if len(excess) > 0 {
 		if err := k.release(ctx, excess, false); err != nil {
 			return fail("release leases", err)
@@ -235,20 +245,25 @@ func (k *leaseKeeper) renewable() (parts []int, epochs []int64) {
 
 // settle takes in a heartbeat's answer: renewed partitions get deadline, partitions
 // not renewed are lost (unless left unrenewed on purpose: they lapse at their deadline),
-// and the set is brought to target (giveBack). It returns the partitions to release now
-// and how many to acquire.
-func (k *leaseKeeper) settle(renewedList []int32, sent []int, deadline time.Time, target int) (release []int, need int) {
+// and the set is brought to target (giveBack). It returns the partitions to release now,
+// how many to acquire, and whether partitions left out of claims (past their local
+// deadline, or being given back) are claimable again.
+func (k *leaseKeeper) settle(renewedList []int32, sent []int, deadline time.Time, target int) (release []int, need int, revived bool) {
 	renewed := make(map[int]bool, len(renewedList))
 	for _, p := range renewedList {
 		renewed[int(p)] = true
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	now := time.Now()
 	for p, l := range k.owned {
 		switch {
 		case renewed[p]:
+			// a lease renewed after its local deadline passed was left out of claims
+			// meanwhile: claimable again, its work needs a wake-up
+			revived = revived || !now.Before(l.deadline)
 			l.deadline = deadline
-		case time.Now().Before(l.deadline) && !slices.Contains(sent, p):
+		case now.Before(l.deadline) && !slices.Contains(sent, p):
 			// not renewed on purpose (stuck); it lapses at its deadline
 		default:
 			delete(k.owned, p)
@@ -256,8 +271,8 @@ func (k *leaseKeeper) settle(renewedList []int32, sent []int, deadline time.Time
 			k.log.Warn("lease lost", slog.Int("partition", p), slog.Int64("epoch", l.epoch))
 		}
 	}
-	release = k.giveBack(target)
-	return release, target - len(k.owned)
+	release, kept := k.giveBack(target)
+	return release, target - len(k.owned), revived || kept
 }
 
 // held returns how many partitions the relay holds.
@@ -271,8 +286,9 @@ func (k *leaseKeeper) held() int {
 // ones beyond it are removed and returned, to be released now; busy ones are marked
 // releasing — left out of new batches and given back when their batches end, so the
 // hand-over happens at a batch boundary and per-aggregate order holds across it. Below
-// target (a relay left) it keeps partitions it was giving back. The caller holds k.mu.
-func (k *leaseKeeper) giveBack(target int) (release []int) {
+// target (a relay left) it keeps partitions it was giving back, and reports kept. The
+// caller holds k.mu.
+func (k *leaseKeeper) giveBack(target int) (release []int, kept bool) {
 	keep := 0
 	for _, l := range k.owned {
 		if !l.releasing {
@@ -281,7 +297,7 @@ func (k *leaseKeeper) giveBack(target int) (release []int) {
 	}
 	for _, l := range k.owned {
 		if keep < target && l.releasing {
-			l.releasing = false
+			l.releasing, kept = false, true // left out of claims while releasing: wake them
 			keep++
 		}
 	}
@@ -299,7 +315,7 @@ func (k *leaseKeeper) giveBack(target int) (release []int) {
 			delete(k.owned, p)
 		}
 	}
-	return release
+	return release, kept
 }
 
 func (k *leaseKeeper) acquire(ctx context.Context, need int) error {

@@ -206,11 +206,21 @@ func TestOneWakeUpSetsEveryWorkerToWork(t *testing.T) {
 	}
 }
 
-// With Concurrency unset, unordered relays share the default of two batches in flight:
-// a relay alone runs two at once, two relays run one each, and the one left runs two
-// again once the other has stopped. Nothing is lost on the way.
+// With Concurrency unset, the relays of a schema share the default of two batches in
+// flight, in both modes: a relay alone runs two at once, two relays run one each, and
+// the one left runs two again once the other has stopped. Nothing is lost on the way,
+// and nothing waits for a poll (there is none: only wake-ups bring workers back).
 func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []relay.Mode{relay.Unordered, relay.Ordered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			defaultConcurrencyIsShared(t, mode)
+		})
+	}
+}
+
+func defaultConcurrencyIsShared(t *testing.T, mode relay.Mode) {
 	connString := pgtest.ConnString(t, nil)
 	pool := pgtest.PoolFor(t, connString)
 	type gauge struct{ inFlight, most atomic.Int32 }
@@ -232,8 +242,8 @@ func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
 		}
 	}
 	cfg := fastConfig()
-	cfg.Mode, cfg.BatchSize = relay.Unordered, 5 // Concurrency unset: the shared default
-	cfg.PublishCalls = 1                         // a sink call in flight is a batch in flight
+	cfg.Mode, cfg.BatchSize = mode, 5 // Concurrency unset: the shared default
+	cfg.PublishCalls = 1              // a sink call in flight is a batch in flight
 	// Only Wake brings an idle worker back: a wake-up taken by a worker that must wait
 	// now (it went idle while its relay was alone) has to reach the one that works.
 	cfg.Wakeup, cfg.PollInterval, cfg.LeaseTTL = relay.WakeupPoll, time.Hour, 600*time.Millisecond
@@ -280,7 +290,10 @@ func TestDefaultConcurrencyIsSharedByRelays(t *testing.T) {
 	ra.Wake()
 	waitMost(&ga, 2, "the relay left alone")
 	waitWorkers(ra, 2)
-	waitUntil(t, 30*time.Second, "every event", func() bool { return distinctIDs(append(sa.Messages(), sb.Messages()...)) == 2400 })
+	if !eventually(30*time.Second, func() bool { return distinctIDs(append(sa.Messages(), sb.Messages()...)) == 2400 }) {
+		t.Fatalf("after 30s: %d of 2400 events; %d pending; stats %+v", distinctIDs(append(sa.Messages(), sb.Messages()...)),
+			queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`), ra.Stats())
+	}
 }
 
 // claimCounter counts the claim batches a pool sends (those that set the claim's jit
