@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/pgtest"
 )
 
 // The environment of a child process.
@@ -49,6 +50,21 @@ const (
 
 // Role returns the role this process runs as, "" in the parent test process.
 func Role() string { return os.Getenv(RoleEnv) }
+
+// Database returns a fresh database (its connection string) with the effects table
+// of Schema, for a kill test's run; it skips t in short mode (the run starts and kills
+// processes).
+func Database(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts and kills processes")
+	}
+	url := pgtest.ConnString(t, nil)
+	if _, err := pgtest.PoolFor(t, url).Exec(t.Context(), Schema); err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
 
 // Child starts a child process's role body: it skips t when this process is no child
 // (a plain test run), else returns a context that ends on SIGTERM, a pool on the

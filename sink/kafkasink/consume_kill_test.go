@@ -11,7 +11,6 @@ import (
 
 	"github.com/outboxkit/outbox/inbox"
 	"github.com/outboxkit/outbox/internal/killtest"
-	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/kafkasink"
 )
@@ -73,14 +72,8 @@ func TestE2ERole(t *testing.T) {
 // which holds only if each killed consumer had committed no offset past a record it had
 // not finished.
 func TestSIGKILLedRelayAndConsumer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills processes")
-	}
+	url := killtest.Database(t)
 	t.Parallel()
-	url := pgtest.ConnString(t, nil)
-	if _, err := pgtest.PoolFor(t, url).Exec(t.Context(), killtest.Schema); err != nil {
-		t.Fatal(err)
-	}
 	seeds := newCluster(t, kfake.GroupMinSessionTimeout(100*time.Millisecond)).ListenAddrs()
 	createTopic(t, newAdmin(t, seeds), killTopic, 3, nil)
 	killtest.Run(t, &killtest.Scenario{

@@ -10,7 +10,6 @@ import (
 
 	"github.com/outboxkit/outbox/inbox"
 	"github.com/outboxkit/outbox/internal/killtest"
-	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/natssink"
 )
@@ -67,14 +66,8 @@ func TestE2ERole(t *testing.T) {
 // consumer are each killed with SIGKILL and restarted three times: every committed
 // event's effect exactly once, per aggregate in version order, none lost.
 func TestSIGKILLedRelayAndConsumer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills processes")
-	}
+	url := killtest.Database(t)
 	t.Parallel()
-	url := pgtest.ConnString(t, nil)
-	if _, err := pgtest.PoolFor(t, url).Exec(t.Context(), killtest.Schema); err != nil {
-		t.Fatal(err)
-	}
 	srv := startServer(t)
 	_, js := connect(t, srv.ClientURL())
 	st := createStream(t, js, "outbox")
