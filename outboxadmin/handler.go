@@ -42,9 +42,13 @@ func New(o Options) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outboxadmin: %w", err)
 	}
+	paths, err := parsePaths(o.RedactPaths)
+	if err != nil {
+		return nil, fmt.Errorf("outboxadmin: %w", err)
+	}
 	h := &Handler{
 		o:       o,
-		store:   &store{o: o, quoted: quoted, redact: mustPaths(o.RedactPaths)},
+		store:   &store{o: o, quoted: quoted, redact: paths},
 		mux:     http.NewServeMux(),
 		limiter: newLimiter(o.RateLimit, o.RateBurst),
 		token:   sha256.Sum256([]byte(o.Token)),
@@ -87,17 +91,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// mustPaths parses paths that withDefaults checked.
-func mustPaths(paths []string) []redact.Path {
+// parsePaths parses Options.RedactPaths, naming the one it refuses.
+func parsePaths(paths []string) ([]redact.Path, error) {
 	var out []redact.Path
-	for _, s := range paths {
+	for i, s := range paths {
 		p, err := redact.ParsePath(s)
 		if err != nil {
-			panic(err) // withDefaults refused it
+			return nil, fmt.Errorf("RedactPaths[%d]: %w", i, err)
 		}
 		out = append(out, p)
 	}
-	return out
+	return out, nil
 }
 
 // authenticate reports whether got is the Token or an operator's token, and which

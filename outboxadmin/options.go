@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
@@ -122,11 +121,6 @@ func (o Options) withDefaults() (Options, string, error) {
 		return o, "", errors.New("MaxBulk must be at least 1")
 	case o.RateLimit <= 0 || o.RateBurst < 1:
 		return o, "", errors.New("RateLimit must be positive and RateBurst at least 1")
-	}
-	for i, p := range o.RedactPaths {
-		if _, err := redact.ParsePath(p); err != nil {
-			return o, "", fmt.Errorf("RedactPaths[%d]: %w", i, err)
-		}
 	}
 	seen := map[string]string{o.Token: "Token"}
 	for name, tok := range o.Operators {

@@ -45,8 +45,7 @@ func (h *Handler) pauseOrResume(r *http.Request, req pauseRequest, resume bool) 
 	} else {
 		res.Pause, res.Made, err = relay.Pause(r.Context(), h.o.Pool, pr)
 	}
-	switch {
-	case errors.Is(err, relay.ErrNotWoken):
+	if errors.Is(err, relay.ErrNotWoken) { // resumed all the same
 		res.Warning, err = err.Error(), nil
 	}
 	switch {
