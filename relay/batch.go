@@ -78,15 +78,17 @@ func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, l
 }
 
 // batchResult counts what one batch did. full: the claim took as much as it may (more
-// may be waiting).
+// may be waiting). taken: a by-seq batch's claimed seqs.
 type batchResult struct {
 	claimed, published, retried, dead int
 	full                              bool
+	taken                             []int64
 }
 
 // run claims, publishes and settles one batch: in ordered mode from the worker's share of
-// the relay partitions the relay leases, in unordered mode from all.
-func (b *batcher) run(ctx context.Context, share workerShare) (batchResult, error) {
+// the relay partitions the relay leases, in unordered mode from all. With seqs, the batch
+// claims only among the rows they name (claimSeqs), and res.taken lists those it claimed.
+func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (batchResult, error) {
 	relayCtx := ctx // outlives the batch: Publish calls still running after it use it
 	start := time.Now()
 	var res batchResult
@@ -112,12 +114,22 @@ func (b *batcher) run(ctx context.Context, share workerShare) (batchResult, erro
 	}
 	defer tx.end()
 
-	c, err := b.claim(ctx, tx, scope)
-	b.stats.claims.Add(1)
-	if err != nil {
-		return b.claimFailed(ctx, tx, scope, err)
+	var c claimedBatch
+	if seqs != nil {
+		// a failed by-seq claim leaves its rows pending, to the polling claims, which
+		// isolate a poison row and narrow their size as they need
+		if c, err = b.claimSeqs(ctx, tx, scope, seqs); err != nil {
+			return res, err
+		}
+		res.taken = c.seqs()
+	} else {
+		c, err = b.claim(ctx, tx, scope)
+		b.stats.claims.Add(1)
+		if err != nil {
+			return b.claimFailed(ctx, tx, scope, err)
+		}
+		b.widenClaims()
 	}
-	b.widenClaims()
 	msgs, bad := c.msgs, c.bad
 	res.claimed, res.full = len(msgs)+len(bad)+len(c.skipped), c.full
 	if res.claimed == 0 {

@@ -38,22 +38,10 @@ var claimSettings = []string{"SET LOCAL jit = off", "SET LOCAL enable_seqscan = 
 // claim runs the claim statement and returns what it claimed: in ordered mode, per
 // aggregate, the contiguous prefix of locked, available rows (the statement cuts it).
 func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (claimedBatch, error) {
-	batch := &pgx.Batch{}
-	settings := slices.Concat(b.sessionSettings, claimSettings)
-	for _, set := range settings {
-		batch.Queue(set)
-	}
 	fa := b.floor.args(time.Now(), scope.worker)
 	q := b.claimQuery(scope, fa)
-	batch.Queue(b.q.claim.sql, b.q.claim.args(q)...)
-	br := tx.begin(ctx, batch)
-	defer func() { _ = br.Close() }()
-	for range 1 + len(settings) { // BEGIN, the settings
-		if _, err := br.Exec(); err != nil {
-			return claimedBatch{}, fmt.Errorf("claim: begin: %w", err)
-		}
-	}
-	rows, err := br.Query()
+	rows, done, err := b.claimRows(ctx, tx, b.q.claim.sql, b.q.claim.args(q))
+	defer done()
 	if err != nil {
 		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
 	}
@@ -72,6 +60,27 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 		c.full = c.full || b.cut(read.msgs, q.heads, q.capacity)
 	}
 	return c, nil
+}
+
+// claimRows sends, in one round trip, BEGIN, the claim transaction's settings and the
+// claim statement sql with args, and returns the statement's rows. done ends the round
+// trip once they are read.
+func (b *batcher) claimRows(ctx context.Context, tx *batchTx, sql string, args []any) (rows pgx.Rows, done func(), err error) {
+	batch := &pgx.Batch{}
+	settings := slices.Concat(b.sessionSettings, claimSettings)
+	for _, set := range settings {
+		batch.Queue(set)
+	}
+	batch.Queue(sql, args...)
+	br := tx.begin(ctx, batch)
+	done = func() { _ = br.Close() }
+	for range 1 + len(settings) { // BEGIN, the settings
+		if _, err := br.Exec(); err != nil {
+			return nil, done, fmt.Errorf("begin: %w", err)
+		}
+	}
+	rows, err = br.Query()
+	return rows, done, err
 }
 
 // claimQuery is a claim's parameters for its scope (those of its mode), and what it may

@@ -81,6 +81,14 @@ func (f *floor) args(now time.Time, worker int) floorArgs {
 	return a
 }
 
+// current returns the floor's arguments as they stand, for a statement that reads from
+// the floor without taking a worker's turn of the full claims.
+func (f *floor) current() floorArgs {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return floorArgs{floor: f.seq, replays: f.replays, sent: time.Now()}
+}
+
 // observe takes in what a claim sent with a saw, received at received.
 func (f *floor) observe(a floorArgs, s seen, received time.Time) {
 	f.mu.Lock()

@@ -6,7 +6,8 @@ import "github.com/outboxkit/outbox/internal/sqlq"
 // internal/sqlq/queries; where the file depends on the mode and the retention, the
 // tables below say which.
 type queries struct {
-	claim, poisonCandidates     claimStatement // claimQueries, poisonCandidateQueries
+	claim, poisonCandidates     claimStatement    // claimQueries, poisonCandidateQueries
+	claimSeqs                   seqClaimStatement // seqClaimQueries (seqs.go)
 	probe                       sqlq.Statement[probeParams]
 	settle, settleLate          string // settleQueries
 	poisonTry                   string // poisonTryQueries
@@ -42,6 +43,7 @@ func newQueries(cfg *Config, quoted string) *queries {
 	return &queries{
 		claim:            bindClaim(cfg.Mode, claimQueries[cfg.Mode][del], quoted),
 		poisonCandidates: bindClaim(cfg.Mode, poisonCandidateQueries[cfg.Mode], quoted),
+		claimSeqs:        bindSeqClaim(cfg, quoted),
 		probe:            sqlq.Bind[probeParams]("probe", quoted),
 		settle:           q(settleQueries[del]), settleLate: q("settle_late"), poisonTry: q(poisonTryQueries[del]),
 		poisonPark: q("poison_park"), poisonBySize: q("poison_by_size"),

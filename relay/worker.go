@@ -43,7 +43,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 				continue
 			}
 		}
-		res, err := r.batches.run(hard, share)
+		res, err := r.batches.run(hard, share, nil)
 		switch {
 		case errors.Is(err, failpoint.ErrCrash):
 			return err

@@ -9,6 +9,7 @@
 -- attempts before this claim, then claim_seen.sql's.
 {{include claim_floor}}
 {{include claim_ordered_pick}}
+{{include claim_ordered_lock}}
 UPDATE {{schema}}.events e
 SET published_at = now(), attempts = e.attempts + 1
 -- = ANY(ARRAY(…)): a TID scan of the locked rows whatever the plan (claim_unordered.sql)

@@ -6,6 +6,7 @@
 -- this claim, then claim_seen.sql's.
 {{include claim_floor}}
 {{include claim_ordered_pick}}
+{{include claim_ordered_lock}}
 DELETE FROM {{schema}}.events e
 -- = ANY(ARRAY(…)): a TID scan of the locked rows whatever the plan (claim_unordered.sql)
 WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM claimed))

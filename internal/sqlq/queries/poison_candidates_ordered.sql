@@ -4,6 +4,7 @@
 -- back (the rows are locked meanwhile, as the claim would).
 {{include claim_floor}}
 {{include claim_ordered_pick}}
+{{include claim_ordered_lock}}
 SELECT e.seq FROM {{schema}}.events e
 WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM claimed))
 ORDER BY e.seq

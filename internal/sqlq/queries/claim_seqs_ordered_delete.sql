@@ -1,0 +1,13 @@
+-- claim_seqs_ordered_delete: claim_ordered_delete.sql's statement over the rows a change-
+-- data-capture source named by seq (claim_seqs_ordered_pick.sql picks them): it claims
+-- them and deletes them in the relay's claim transaction, as the polling claim does; what
+-- the sink does not take is put back by settle_delete.sql before the commit (ADR 0004).
+-- Columns: claim_columns.sql's, the attempts, then claim_seen.sql's.
+{{include claim_floor}}
+{{include claim_seqs_ordered_pick}}
+{{include claim_ordered_lock}}
+DELETE FROM {{schema}}.events e
+-- = ANY(ARRAY(…)): a TID scan of the locked rows whatever the plan (claim_unordered.sql)
+WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM claimed))
+RETURNING {{include claim_columns}}, e.attempts,
+    {{include claim_seen}}

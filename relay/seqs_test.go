@@ -1,0 +1,148 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
+)
+
+// idleRelay starts a relay in mode that never polls on its own during a test (the
+// first claims find nothing: the table is empty), and in ordered mode waits until it
+// leases every partition, so that only PublishSeqs publishes what the test writes next.
+func idleRelay(t *testing.T, pool *pgxpool.Pool, mode relay.Mode, retention relay.RetentionMode) (*relay.Relay, *memsink.Sink) {
+	t.Helper()
+	cfg := fastConfig()
+	cfg.Mode, cfg.Retention.Mode = mode, retention
+	cfg.Wakeup, cfg.PollInterval = relay.WakeupPoll, time.Hour
+	sink := &memsink.Sink{}
+	r := newRelay(t, pool, sink, cfg)
+	start(t, r)
+	if mode == relay.Ordered {
+		waitSQL(t, pool, 10*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+	}
+	time.Sleep(100 * time.Millisecond) // the wake-ups of the leases taken have been claimed
+	return r, sink
+}
+
+// seqsOf returns the seqs of aggregate id's events, in seq order.
+func seqsOf(t *testing.T, pool *pgxpool.Pool, id string) []int64 {
+	t.Helper()
+	rows, _ := pool.Query(context.Background(), `SELECT seq FROM outbox.events WHERE aggregate_id = $1 ORDER BY seq`, id)
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seqs
+}
+
+// PublishSeqs (the by-seq claim a change-data-capture source feeds) publishes the named
+// events through the relay's batches, in each mode and retention: all of them, each
+// aggregate in order, an aggregate with more events than MaxPerAggregate in several
+// batches; the pending rows it leaves are the polling claims'.
+func TestPublishSeqsPublishesTheNamedEvents(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+		for _, retention := range []relay.RetentionMode{relay.KeepThenDelete, relay.DeleteOnPublish} {
+			t.Run(string(mode)+"/"+string(retention), func(t *testing.T) {
+				t.Parallel()
+				pool := pgtest.Pool(t)
+				r, sink := idleRelay(t, pool, mode, retention)
+				enqueue(t, pool, []string{"a", "b"}, 5)
+				enqueue(t, pool, []string{"hot"}, 25) // more than MaxPerAggregate: several batches
+				var seqs []int64
+				for _, id := range []string{"a", "b", "hot"} {
+					seqs = append(seqs, seqsOf(t, pool, id)...)
+				}
+				res, err := r.PublishSeqs(t.Context(), seqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Published != len(seqs) || res.Left != 0 {
+					t.Fatalf("PublishSeqs = %+v, want %d published, none left", res, len(seqs))
+				}
+				msgs := sink.Messages()
+				if len(msgs) != len(seqs) {
+					t.Fatalf("%d delivered, want %d", len(msgs), len(seqs))
+				}
+				if mode == relay.Ordered {
+					checkSeqOrder(t, msgs)
+				}
+				if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`); n != 0 {
+					t.Fatalf("%d rows still pending", n)
+				}
+			})
+		}
+	}
+}
+
+// checkSeqOrder fails t unless each aggregate's first deliveries are in seq order.
+func checkSeqOrder(t *testing.T, msgs []outbox.Message) {
+	t.Helper()
+	last := map[aggregateKey]int64{}
+	for _, m := range msgs {
+		if k := keyOf(m); m.Seq <= last[k] {
+			t.Fatalf("aggregate %s: seq %d delivered after seq %d", k, m.Seq, last[k])
+		}
+		last[keyOf(m)] = m.Seq
+	}
+}
+
+// In ordered mode PublishSeqs claims an aggregate's events only from its head and without
+// a gap: a named event behind an earlier pending row it was not given, behind a dead
+// row that holds its aggregate, or behind a head scheduled later, is left pending, so
+// nothing goes out of order. Each of these fails when the by-seq claim leaves out its
+// check.
+func TestPublishSeqsKeepsAggregateOrder(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	r, sink := idleRelay(t, pool, relay.Ordered, relay.KeepThenDelete)
+	enqueue(t, pool, []string{"behind", "gap", "held", "later"}, 3)
+	if _, err := pool.Exec(ctx, `UPDATE outbox.events SET dead_at = now(), last_error = 'test' WHERE aggregate_id = 'held' AND aggregate_version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE outbox.events SET available_at = now() + interval '1 hour' WHERE aggregate_id = 'later' AND aggregate_version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	behind, gap, held, later := seqsOf(t, pool, "behind"), seqsOf(t, pool, "gap"), seqsOf(t, pool, "held"), seqsOf(t, pool, "later")
+	publish := func(seqs ...int64) relay.SeqsResult {
+		t.Helper()
+		res, err := r.PublishSeqs(ctx, seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for name, seqs := range map[string][]int64{
+		"behind an earlier pending row": behind[1:],
+		"behind a dead row":             held[1:],
+		"behind a head scheduled later": later,
+	} {
+		if res := publish(seqs...); res.Published != 0 || res.Left != len(seqs) {
+			t.Errorf("%s: PublishSeqs = %+v, want all %d left", name, res, len(seqs))
+		}
+	}
+	// the first and the third of gap: the first goes, the third waits for the second
+	if res := publish(gap[0], gap[2]); res.Published != 1 || res.Left != 1 {
+		t.Errorf("a gap: PublishSeqs = %+v, want 1 published, 1 left", res)
+	}
+	if res := publish(behind...); res.Published != 3 {
+		t.Errorf("behind, all named: PublishSeqs = %+v, want 3 published", res)
+	}
+	if res := publish(gap[1], gap[2]); res.Published != 2 {
+		t.Errorf("gap, the rest named: PublishSeqs = %+v, want 2 published", res)
+	}
+	msgs := sink.Messages()
+	checkOrder(t, msgs)
+	if len(msgs) != 6 {
+		t.Fatalf("%d delivered, want 6 (behind and gap)", len(msgs))
+	}
+}
