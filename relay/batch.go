@@ -137,8 +137,10 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 	}
 	// Work found: bring an idle peer in to claim the next batch while this one is
 	// published, so one wake-up (a notification, Wake) sets every worker to a backlog,
-	// not just the one it reached.
-	b.foundWork()
+	// not just the one it reached. Not for a by-seq batch: its source names the next.
+	if seqs == nil {
+		b.foundWork()
+	}
 	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {
 		return res, err
 	}

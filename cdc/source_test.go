@@ -1,0 +1,71 @@
+package cdc
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/relay"
+	"github.com/outboxkit/outbox/sink/memsink"
+)
+
+// In each mode, events committed while the Source runs are published by change data
+// capture (the relay polls once an hour), every one of them, each aggregate in order,
+// written by concurrent transactions; what was published is confirmed to the server.
+func TestSourcePublishesWhatCommits(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			sink := &memsink.Sink{}
+			r := newRelay(t, pool, sink, mode)
+			s := newSource(t, pool, r, slotName(t, pool))
+			startSource(t, pool, s)
+			done := make(chan struct{})
+			for w := range 4 {
+				go func() {
+					defer func() { done <- struct{}{} }()
+					for v := 1; v <= 10; v++ {
+						write(t, pool, ids(string(rune('a'+w)), 10), v, 1)
+					}
+				}()
+			}
+			for range 4 {
+				<-done
+			}
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("source stats: %+v", s.Stats())
+					rows, _ := pool.Query(context.Background(), `SELECT seq, xmin::text, aggregate_id FROM outbox.events WHERE published_at IS NULL ORDER BY seq`)
+					for rows.Next() {
+						var seq int64
+						var x, a string
+						_ = rows.Scan(&seq, &x, &a)
+						t.Logf("pending: seq %d xmin %s %s", seq, x, a)
+					}
+					rows.Close()
+					var info string
+					_ = pool.QueryRow(context.Background(), `SELECT row_to_json(r)::text FROM (SELECT s.*, pg_current_wal_lsn() AS cur, pg_current_wal_flush_lsn() AS fl FROM pg_replication_slots s WHERE slot_name = $1) r`, s.cfg.Slot).Scan(&info)
+					t.Logf("slot: %s", info)
+				}
+			})
+			msgs := waitDelivered(t, sink, 400, 30*time.Second)
+			if mode == relay.Ordered {
+				checkOrder(t, msgs)
+			}
+			waitUntil(t, 10*time.Second, "400 events read and published by change data capture", func() bool {
+				st := s.Stats()
+				return st.Events == 400 && st.Published == 400
+			})
+			var end string
+			if err := pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, 10*time.Second, "the slot confirms past the last event", func() bool {
+				return queryInt(t, pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, s.cfg.Slot, end) == 1
+			})
+		})
+	}
+}
