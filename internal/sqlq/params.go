@@ -27,6 +27,12 @@ type Statement[P any] struct {
 // Bind returns the named query (see [Query]) rendered for quotedSchema, with its
 // parameters bound to the fields of P.
 func Bind[P any](name, quotedSchema string) Statement[P] {
+	return BindText[P](name, Query(name, quotedSchema))
+}
+
+// BindText is [Bind] for a query kept outside this package (a command's own .sql files),
+// whose text the caller has read and rendered; name only labels its panics.
+func BindText[P any](name, text string) Statement[P] {
 	t := reflect.TypeFor[P]()
 	if t.Kind() != reflect.Struct {
 		panic(fmt.Sprintf("sqlq: query %s: parameters must be a struct, got %s", name, t))
@@ -35,11 +41,11 @@ func Bind[P any](name, quotedSchema string) Statement[P] {
 	if err := tagged(t, nil, byName); err != nil {
 		panic(fmt.Sprintf("sqlq: query %s: %v", name, err))
 	}
-	text, names, err := bindNames(Query(name, quotedSchema))
+	bound, names, err := bindNames(text)
 	if err != nil {
 		panic(fmt.Sprintf("sqlq: query %s: %v", name, err))
 	}
-	s := Statement[P]{SQL: text, fields: make([][]int, len(names))}
+	s := Statement[P]{SQL: bound, fields: make([][]int, len(names))}
 	for n, param := range names {
 		i, ok := byName[param]
 		if !ok {
