@@ -51,7 +51,7 @@ func TestBindArgsFollowTheNames(t *testing.T) {
 	}
 	if got := s.Args(&enqueueConflictsParams{IDs: `["x"]`}); fmt.Sprint(got) != `[["x"]]` {
 		t.Fatalf("args %v", got)
-	}	// A query kept elsewhere (a command's own files) binds the same way.
+	} // A query kept elsewhere (a command's own files) binds the same way.
 	if s := BindText[enqueueConflictsParams]("elsewhere", "SELECT @ids::json, @ids"); s.SQL != "SELECT $1::json, $1" {
 		t.Fatalf("BindText: %q", s.SQL)
 	}
