@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/sqlq"
 )
@@ -38,13 +40,55 @@ type quarantineRecord struct {
 // maxPanicStack bounds the stack kept in a panic's quarantine reason.
 const maxPanicStack = 4096
 
+// aggregateKey is a consumer's aggregate: the key of its version row and of its parked
+// events, in the parameters of the statements that read or move them.
+type aggregateKey struct {
+	Consumer      string `sql:"consumer"`
+	AggregateType string `sql:"aggregate_type"`
+	AggregateID   string `sql:"aggregate_id"`
+}
+
+func (c *Consumer) aggregate(m outbox.Message) aggregateKey {
+	return aggregateKey{Consumer: c.name, AggregateType: m.AggregateType, AggregateID: m.AggregateID}
+}
+
+// recordParams are inbox_record.sql's.
+type recordParams struct {
+	Aggregate        aggregateKey `sql:",inline"`
+	EventID          uuid.UUID    `sql:"event_id"`
+	AggregateVersion int64        `sql:"aggregate_version"`
+	EventType        string       `sql:"event_type"`
+}
+
+// outcomeParams are inbox_outcome.sql's.
+type outcomeParams struct {
+	Consumer string    `sql:"consumer"`
+	EventID  uuid.UUID `sql:"event_id"`
+	Outcome  string    `sql:"outcome"`
+}
+
+// versionLockParams are inbox_version_lock.sql's.
+type versionLockParams struct {
+	Aggregate aggregateKey `sql:",inline"`
+	Initial   int64        `sql:"initial"` // the last version of an aggregate never seen
+}
+
+// versionSetParams are inbox_version_set.sql's.
+type versionSetParams struct {
+	Aggregate aggregateKey `sql:",inline"`
+	Read      int64        `sql:"read"`     // the version read under the lock
+	NewLast   int64        `sql:"new_last"` // the version to move to
+}
+
 // process is the one path of every delivery and replay, inside the open transaction db.
 // replayed is nil for a delivery; for a replay (the dedup row exists, the quarantine row
 // was just taken) it holds the attempts so far.
 func (c *Consumer) process(ctx context.Context, db conn, msg outbox.Message, run runFunc, st *tally, replayed *int) (Result, error) {
 	stored, attempts := "applied", 1 // the outcome the dedup row holds, the quarantine attempt
 	if replayed == nil {
-		n, err := db.exec(ctx, c.q.record, c.name, msg.ID, msg.AggregateType, msg.AggregateID, msg.AggregateVersion, msg.EventType)
+		n, err := db.exec(ctx, c.q.record.SQL, c.q.record.Args(&recordParams{
+			Aggregate: c.aggregate(msg), EventID: msg.ID, AggregateVersion: msg.AggregateVersion, EventType: msg.EventType,
+		})...)
 		if err != nil {
 			return Result{}, fmt.Errorf("record the event: %w", sqlq.NotMigrated(c.schema, err))
 		}
@@ -59,7 +103,8 @@ func (c *Consumer) process(ctx context.Context, db conn, msg outbox.Message, run
 		if outcome == stored {
 			return nil
 		}
-		if _, err := db.exec(ctx, c.q.outcome, c.name, msg.ID, outcome); err != nil {
+		p := outcomeParams{Consumer: c.name, EventID: msg.ID, Outcome: outcome}
+		if _, err := db.exec(ctx, c.q.outcome.SQL, c.q.outcome.Args(&p)...); err != nil {
 			return fmt.Errorf("settle the outcome %s: %w", outcome, err)
 		}
 		return nil
@@ -90,7 +135,8 @@ func (c *Consumer) process(ctx context.Context, db conn, msg outbox.Message, run
 		initial = msg.AggregateVersion - 1
 	}
 	var last int64
-	if err := db.queryRow(ctx, c.q.versionLock, c.name, msg.AggregateType, msg.AggregateID, initial).Scan(&last); err != nil {
+	lock := versionLockParams{Aggregate: c.aggregate(msg), Initial: initial}
+	if err := db.queryRow(ctx, c.q.versionLock.SQL, c.q.versionLock.Args(&lock)...).Scan(&last); err != nil {
 		return Result{}, fmt.Errorf("lock the aggregate's version: %w", err)
 	}
 	v := msg.AggregateVersion
@@ -121,7 +167,8 @@ func (c *Consumer) process(ctx context.Context, db conn, msg outbox.Message, run
 	if err != nil {
 		return Result{}, err
 	}
-	n, err := db.exec(ctx, c.q.versionSet, c.name, msg.AggregateType, msg.AggregateID, last, newLast)
+	set := versionSetParams{Aggregate: c.aggregate(msg), Read: last, NewLast: newLast}
+	n, err := db.exec(ctx, c.q.versionSet.SQL, c.q.versionSet.Args(&set)...)
 	if err != nil {
 		return Result{}, fmt.Errorf("move the aggregate's version to %d: %w", newLast, err)
 	}
@@ -129,6 +176,13 @@ func (c *Consumer) process(ctx context.Context, db conn, msg outbox.Message, run
 		return Result{}, fmt.Errorf("move the aggregate's version from %d to %d: the row changed under its lock", last, newLast)
 	}
 	return res, settle("applied")
+}
+
+// unparkParams are inbox_unpark.sql's.
+type unparkParams struct {
+	Aggregate      aggregateKey `sql:",inline"`
+	NewLast        int64        `sql:"new_last"`        // the aggregate's new last version
+	ClosingVersion int64        `sql:"closing_version"` // the version of the event that closed the gap
 }
 
 // unpark applies, after msg (applied at its version), the aggregate's parked events that
@@ -165,7 +219,8 @@ func (c *Consumer) unpark(ctx context.Context, db conn, msg outbox.Message, last
 		res.Unparked = append(res.Unparked, p.ID)
 	}
 	if len(parked) > 0 {
-		if _, err := db.exec(ctx, c.q.unpark, c.name, msg.AggregateType, msg.AggregateID, newLast, v); err != nil {
+		p := unparkParams{Aggregate: c.aggregate(msg), NewLast: newLast, ClosingVersion: v}
+		if _, err := db.exec(ctx, c.q.unpark.SQL, c.q.unpark.Args(&p)...); err != nil {
 			return 0, fmt.Errorf("take the applied events out of the park: %w", err)
 		}
 	}
@@ -246,6 +301,39 @@ func (c *Consumer) schemaRecord(m outbox.Message) quarantineRecord {
 		"consumer %s does not accept event type %q at schema version %d (Config.Accept)", c.name, m.EventType, m.SchemaVersion)}
 }
 
+// storedEvent is an event as the park and the quarantine store it: inbox_park.sql's
+// parameters, and most of inbox_quarantine.sql's.
+type storedEvent struct {
+	Aggregate        aggregateKey `sql:",inline"`
+	EventID          uuid.UUID    `sql:"event_id"`
+	AggregateVersion int64        `sql:"aggregate_version"`
+	Seq              int64        `sql:"seq"`
+	EventType        string       `sql:"event_type"`
+	SchemaVersion    int          `sql:"schema_version"`
+	Topic            string       `sql:"topic"`
+	Headers          any          `sql:"headers"` // JSON text, or nil for none (headersJSON)
+	ContentType      string       `sql:"content_type"`
+	Payload          []byte       `sql:"payload"`
+	TraceParent      string       `sql:"trace_parent"`
+	CreatedAt        time.Time    `sql:"created_at"`
+}
+
+func (c *Consumer) storedEvent(m *outbox.Message, headers any) storedEvent {
+	return storedEvent{
+		Aggregate: c.aggregate(*m), EventID: m.ID, AggregateVersion: m.AggregateVersion, Seq: m.Seq,
+		EventType: m.EventType, SchemaVersion: m.SchemaVersion, Topic: m.Topic, Headers: headers,
+		ContentType: m.ContentType, Payload: m.Payload, TraceParent: m.TraceParent, CreatedAt: m.CreatedAt,
+	}
+}
+
+// quarantineParams are inbox_quarantine.sql's.
+type quarantineParams struct {
+	Event    storedEvent `sql:",inline"`
+	Kind     string      `sql:"kind"`
+	Reason   string      `sql:"reason"`
+	Attempts int         `sql:"attempts"`
+}
+
 // quarantine stores q with its reason and settles its dedup row.
 func (c *Consumer) quarantine(ctx context.Context, db conn, q quarantineRecord, attempts int, st *tally) (Result, error) {
 	m := &q.msg
@@ -253,9 +341,8 @@ func (c *Consumer) quarantine(ctx context.Context, db conn, q quarantineRecord, 
 	if err != nil {
 		return Result{}, err
 	}
-	if _, err := db.exec(ctx, c.q.quarantine, c.name, m.ID, m.AggregateType, m.AggregateID, m.AggregateVersion, m.Seq,
-		m.EventType, m.SchemaVersion, m.Topic, h, m.ContentType, m.Payload, m.TraceParent, m.CreatedAt,
-		string(q.kind), q.reason, attempts); err != nil {
+	p := quarantineParams{Event: c.storedEvent(m, h), Kind: string(q.kind), Reason: q.reason, Attempts: attempts}
+	if _, err := db.exec(ctx, c.q.quarantine.SQL, c.q.quarantine.Args(&p)...); err != nil {
 		return Result{}, fmt.Errorf("quarantine event %s: %w", m.ID, err)
 	}
 	st.quarantined = append(st.quarantined, q)
@@ -268,8 +355,8 @@ func (c *Consumer) park(ctx context.Context, db conn, m outbox.Message, attempts
 	if err != nil {
 		return Result{}, err
 	}
-	n, err := db.exec(ctx, c.q.park, c.name, m.ID, m.AggregateType, m.AggregateID, m.AggregateVersion, m.Seq,
-		m.EventType, m.SchemaVersion, m.Topic, h, m.ContentType, m.Payload, m.TraceParent, m.CreatedAt)
+	p := c.storedEvent(&m, h)
+	n, err := db.exec(ctx, c.q.park.SQL, c.q.park.Args(&p)...)
 	if err != nil {
 		return Result{}, fmt.Errorf("park event %s: %w", m.ID, err)
 	}
@@ -281,9 +368,16 @@ func (c *Consumer) park(ctx context.Context, db conn, m outbox.Message, attempts
 	return Result{Outcome: Parked}, nil
 }
 
+// parkedAfterParams are inbox_parked_after.sql's.
+type parkedAfterParams struct {
+	Aggregate    aggregateKey `sql:",inline"`
+	AfterVersion int64        `sql:"after_version"`
+}
+
 // parkedAfter reads the aggregate's parked events above version last, in version order.
 func (c *Consumer) parkedAfter(ctx context.Context, db conn, msg outbox.Message, last int64) ([]outbox.Message, error) {
-	rows, err := db.query(ctx, c.q.parkedAfter, c.name, msg.AggregateType, msg.AggregateID, last)
+	p := parkedAfterParams{Aggregate: c.aggregate(msg), AfterVersion: last}
+	rows, err := db.query(ctx, c.q.parkedAfter.SQL, c.q.parkedAfter.Args(&p)...)
 	if err != nil {
 		return nil, fmt.Errorf("read the parked events: %w", err)
 	}

@@ -39,6 +39,15 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
+// quarantineListParams are inbox_quarantine_list.sql's: a page after the cursor
+// (AfterTime, AfterID), the previous page's last event.
+type quarantineListParams struct {
+	Consumer  string    `sql:"consumer"`
+	AfterTime time.Time `sql:"after_time"`
+	AfterID   uuid.UUID `sql:"after_id"`
+	PageSize  int       `sql:"page_size"`
+}
+
 // Quarantined lists the consumer's quarantined events, oldest first, one page at a time.
 func (c *Consumer) Quarantined(ctx context.Context, db Querier, opts *ListOptions) ([]QuarantinedEvent, error) {
 	if db == nil {
@@ -58,7 +67,8 @@ func (c *Consumer) Quarantined(ctx context.Context, db Querier, opts *ListOption
 	if opts.After != nil {
 		afterTime, afterID = opts.After.QuarantinedAt, opts.After.Message.ID
 	}
-	rows, err := db.Query(ctx, c.q.quarantineList, c.name, afterTime, afterID, limit)
+	p := quarantineListParams{Consumer: c.name, AfterTime: afterTime, AfterID: afterID, PageSize: limit}
+	rows, err := db.Query(ctx, c.q.quarantineList.SQL, c.q.quarantineList.Args(&p)...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list the quarantine of %s: %w", c.name, err)
 	}
@@ -116,12 +126,19 @@ func (c *Consumer) Replay(ctx context.Context, db outbox.TxBeginner, eventID uui
 	return c.finish(ctx, start, msg, res, &st, err)
 }
 
+// eventKey is a consumer's event: inbox_quarantine_take.sql's parameters.
+type eventKey struct {
+	Consumer string    `sql:"consumer"`
+	EventID  uuid.UUID `sql:"event_id"`
+}
+
 // take deletes an event's quarantine row and returns the event and its attempts.
 func (c *Consumer) take(ctx context.Context, db conn, eventID uuid.UUID) (outbox.Message, int, error) {
 	var m outbox.Message
 	var headers string
 	var attempts int
-	err := db.queryRow(ctx, c.q.quarantineTake, c.name, eventID).Scan(&m.ID, &m.Seq, &m.AggregateType, &m.AggregateID,
+	key := eventKey{Consumer: c.name, EventID: eventID}
+	err := db.queryRow(ctx, c.q.quarantineTake.SQL, c.q.quarantineTake.Args(&key)...).Scan(&m.ID, &m.Seq, &m.AggregateType, &m.AggregateID,
 		&m.AggregateVersion, &m.EventType, &m.SchemaVersion, &m.Topic, &headers, &m.ContentType, &m.Payload, &m.TraceParent,
 		&m.CreatedAt, &attempts)
 	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, errSQLNoRows) {

@@ -25,6 +25,13 @@ type PurgeOptions struct {
 	BatchSize int
 }
 
+// purgeParams are inbox_purge.sql's.
+type purgeParams struct {
+	Consumer  string    `sql:"consumer"`
+	Cutoff    time.Time `sql:"cutoff"` // rows processed before it go
+	BatchSize int       `sql:"batch_size"`
+}
+
 // Purge deletes the consumer's dedup rows of applied and stale events older than
 // opts.OlderThan, in batches (one short statement each, so it never holds many locks for
 // long), until none is left or ctx is done, and returns how many it deleted. The rows of
@@ -43,10 +50,11 @@ func (c *Consumer) Purge(ctx context.Context, db Execer, opts PurgeOptions) (int
 	if batch < 1 || batch > 100000 {
 		return 0, fmt.Errorf("inbox: PurgeOptions.BatchSize is %d; it must be between 1 and 100000", batch)
 	}
-	cutoff := time.Now().Add(-opts.OlderThan)
+	p := purgeParams{Consumer: c.name, Cutoff: time.Now().Add(-opts.OlderThan), BatchSize: batch}
+	args := c.q.purge.Args(&p)
 	var total int64
 	for {
-		tag, err := db.Exec(ctx, c.q.purge, c.name, cutoff, batch)
+		tag, err := db.Exec(ctx, c.q.purge.SQL, args...)
 		if err != nil {
 			return total, fmt.Errorf("inbox: purge dedup rows of %s: %w", c.name, err)
 		}

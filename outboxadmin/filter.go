@@ -29,20 +29,18 @@ type Filter struct {
 // empty reports whether f matches every event.
 func (f Filter) empty() bool { return f == Filter{} }
 
-// args are the six parameters of admin_filter.sql.
-func (f Filter) args() []any {
-	var id, from, to any
-	if f.ID != nil {
-		id = *f.ID
-	}
-	if f.CreatedFrom != nil {
-		from = *f.CreatedFrom
-	}
-	if f.CreatedTo != nil {
-		to = *f.CreatedTo
-	}
-	return []any{id, f.EventType, f.AggregateType, f.AggregateID, from, to}
+// filterParams are admin_filter.sql's parameters, inlined in those of every statement
+// that includes it: a Filter's fields under their SQL names (a nil pointer is NULL).
+type filterParams struct {
+	ID            *uuid.UUID `sql:"id"`
+	EventType     string     `sql:"event_type"`
+	AggregateType string     `sql:"aggregate_type"`
+	AggregateID   string     `sql:"aggregate_id"`
+	CreatedFrom   *time.Time `sql:"created_from"`
+	CreatedTo     *time.Time `sql:"created_to"`
 }
+
+func (f Filter) params() filterParams { return filterParams(f) }
 
 // States an event can be in, as the API names them.
 const (

@@ -48,7 +48,7 @@ func New(o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		o:       o,
-		store:   &store{o: o, quoted: quoted, redact: paths},
+		store:   &store{o: o, q: newStatements(quoted), redact: paths},
 		mux:     http.NewServeMux(),
 		limiter: newLimiter(o.RateLimit, o.RateBurst),
 		token:   sha256.Sum256([]byte(o.Token)),

@@ -183,18 +183,61 @@ type AuditEntry struct {
 // store runs the admin's queries on one schema.
 type store struct {
 	o      Options
-	quoted string
+	q      *statements
 	redact []redact.Path // Options.RedactPaths, parsed
 }
 
-func (s *store) q(name string) string { return sqlq.Query(name, s.quoted) }
+// statements are the admin's SQL, rendered for its schema and bound to their parameter
+// structs once, in New; each field names its file in internal/sqlq/queries.
+type statements struct {
+	status                    sqlq.Statement[statusParams]
+	byType, owners            string // no parameters
+	byPartition               sqlq.Statement[byPartitionParams]
+	eventsDead, eventsPending sqlq.Statement[pageParams]
+	eventsAfter               sqlq.Statement[statePageParams]
+	countDead                 sqlq.Statement[filterParams]
+	event                     sqlq.Statement[eventParams]
+	blocked                   sqlq.Statement[blockedParams]
+	audit                     sqlq.Statement[auditParams]
+	replay, discard           sqlq.Statement[changeParams]
+	discardOne                sqlq.Statement[discardOneParams]
+}
+
+func newStatements(quoted string) *statements {
+	return &statements{
+		status:        sqlq.Bind[statusParams]("admin_status", quoted),
+		byType:        sqlq.Query("admin_by_type", quoted),
+		owners:        sqlq.Query("admin_owners", quoted),
+		byPartition:   sqlq.Bind[byPartitionParams]("admin_by_partition", quoted),
+		eventsDead:    sqlq.Bind[pageParams]("admin_events_dead", quoted),
+		eventsPending: sqlq.Bind[pageParams]("admin_events_pending", quoted),
+		eventsAfter:   sqlq.Bind[statePageParams]("admin_events_after", quoted),
+		countDead:     sqlq.Bind[filterParams]("admin_count_dead", quoted),
+		event:         sqlq.Bind[eventParams]("admin_event", quoted),
+		blocked:       sqlq.Bind[blockedParams]("admin_blocked", quoted),
+		audit:         sqlq.Bind[auditParams]("admin_audit", quoted),
+		replay:        sqlq.Bind[changeParams]("admin_replay", quoted),
+		discard:       sqlq.Bind[changeParams]("admin_discard", quoted),
+		discardOne:    sqlq.Bind[discardOneParams]("admin_discard_one", quoted),
+	}
+}
+
+// statusParams are admin_status.sql's.
+type statusParams struct {
+	After int64 `sql:"after"` // the previous sample's max seq
+}
+
+// byPartitionParams are admin_by_partition.sql's.
+type byPartitionParams struct {
+	DefaultPartitions int `sql:"default_partitions"` // the count before any relay started
+}
 
 // status reads the counts; after is the previous sample's max seq.
 func (s *store) status(ctx context.Context, after int64) (Status, int64, error) {
 	var st Status
 	var oldest *time.Duration
 	var written int64
-	err := s.o.Pool.QueryRow(ctx, s.q("admin_status"), after).Scan(
+	err := s.o.Pool.QueryRow(ctx, s.q.status.SQL, s.q.status.Args(&statusParams{After: after})...).Scan(
 		&st.Pending, &oldest, &st.Dead, &st.BlockedAggregates, &st.MaxSeq, &written, &st.Mode, &st.Partitions, &st.At,
 		&st.Retention.TableBytes, &st.Retention.IndexBytes, &st.Retention.RowsEstimate, &st.Retention.ArchivedEstimate, &st.Retention.OldestRow)
 	if err != nil {
@@ -203,7 +246,7 @@ func (s *store) status(ctx context.Context, after int64) (Status, int64, error) 
 	if oldest != nil {
 		st.OldestPendingSeconds = oldest.Seconds()
 	}
-	rows, err := s.o.Pool.Query(ctx, s.q("admin_by_type"))
+	rows, err := s.o.Pool.Query(ctx, s.q.byType)
 	if err != nil {
 		return st, 0, fmt.Errorf("read counts by type: %w", err)
 	}
@@ -220,7 +263,8 @@ func (s *store) status(ctx context.Context, after int64) (Status, int64, error) 
 	}); err != nil {
 		return st, 0, fmt.Errorf("read counts by type: %w", err)
 	}
-	rows, err = s.o.Pool.Query(ctx, s.q("admin_by_partition"), relay.DefaultPartitions)
+	bp := byPartitionParams{DefaultPartitions: relay.DefaultPartitions}
+	rows, err = s.o.Pool.Query(ctx, s.q.byPartition.SQL, s.q.byPartition.Args(&bp)...)
 	if err != nil {
 		return st, 0, fmt.Errorf("read counts by partition: %w", err)
 	}
@@ -237,7 +281,7 @@ func (s *store) status(ctx context.Context, after int64) (Status, int64, error) 
 	}); err != nil {
 		return st, 0, fmt.Errorf("read counts by partition: %w", err)
 	}
-	rows, err = s.o.Pool.Query(ctx, s.q("admin_owners"))
+	rows, err = s.o.Pool.Query(ctx, s.q.owners)
 	if err != nil {
 		return st, 0, fmt.Errorf("read relays: %w", err)
 	}
@@ -255,17 +299,33 @@ func (s *store) status(ctx context.Context, after int64) (Status, int64, error) 
 	return st, written, nil
 }
 
+// pageParams are admin_events_dead.sql's and admin_events_pending.sql's: one page of
+// the events matching the filter, after seq After.
+type pageParams struct {
+	Filter filterParams `sql:",inline"`
+	After  int64        `sql:"after"`
+	Limit  int          `sql:"limit"`
+}
+
+// statePageParams are admin_events_after.sql's: a page of the events in State too.
+type statePageParams struct {
+	Page  pageParams `sql:",inline"`
+	State string     `sql:"state"`
+}
+
 // events lists one page of events in seq order after seq after.
 func (s *store) events(ctx context.Context, f Filter, state string, after int64, limit int) ([]Event, error) {
+	page := pageParams{Filter: f.params(), After: after, Limit: limit}
 	var rows pgx.Rows
 	var err error
 	switch state {
 	case StateDead:
-		rows, err = s.o.Pool.Query(ctx, s.q("admin_events_dead"), append(f.args(), after, limit)...)
+		rows, err = s.o.Pool.Query(ctx, s.q.eventsDead.SQL, s.q.eventsDead.Args(&page)...)
 	case StatePending:
-		rows, err = s.o.Pool.Query(ctx, s.q("admin_events_pending"), append(f.args(), after, limit)...)
+		rows, err = s.o.Pool.Query(ctx, s.q.eventsPending.SQL, s.q.eventsPending.Args(&page)...)
 	default:
-		rows, err = s.o.Pool.Query(ctx, s.q("admin_events_after"), append(f.args(), state, after, limit)...)
+		p := statePageParams{Page: page, State: state}
+		rows, err = s.o.Pool.Query(ctx, s.q.eventsAfter.SQL, s.q.eventsAfter.Args(&p)...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
@@ -284,7 +344,8 @@ func (s *store) events(ctx context.Context, f Filter, state string, after int64,
 // countDead counts the dead letters matching f.
 func (s *store) countDead(ctx context.Context, f Filter) (int64, error) {
 	var n int64
-	if err := s.o.Pool.QueryRow(ctx, s.q("admin_count_dead"), f.args()...).Scan(&n); err != nil {
+	p := f.params()
+	if err := s.o.Pool.QueryRow(ctx, s.q.countDead.SQL, s.q.countDead.Args(&p)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count dead letters: %w", err)
 	}
 	return n, nil
@@ -293,13 +354,20 @@ func (s *store) countDead(ctx context.Context, f Filter) (int64, error) {
 // errNotFound marks a missing event (404).
 var errNotFound = errors.New("not found")
 
+// eventParams are admin_event.sql's.
+type eventParams struct {
+	ID           uuid.UUID `sql:"id"`
+	ShowPayloads bool      `sql:"show_payloads"`
+}
+
 // event reads one event with its audit rows.
 func (s *store) event(ctx context.Context, id uuid.UUID) (EventDetail, error) {
 	var d EventDetail
 	var headers string
 	var payload []byte
 	dest := append(d.scanDest(), &d.SchemaVersion, &d.Topic, &d.ContentType, &d.TraceParent, &headers, &d.PayloadBytes, &payload)
-	err := s.o.Pool.QueryRow(ctx, s.q("admin_event"), id, s.o.ShowPayloads).Scan(dest...)
+	p := eventParams{ID: id, ShowPayloads: s.o.ShowPayloads}
+	err := s.o.Pool.QueryRow(ctx, s.q.event.SQL, s.q.event.Args(&p)...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, fmt.Errorf("event %s: %w", id, errNotFound)
 	}
@@ -319,9 +387,15 @@ func (s *store) event(ctx context.Context, id uuid.UUID) (EventDetail, error) {
 	return d, nil
 }
 
+// blockedParams are admin_blocked.sql's.
+type blockedParams struct {
+	After int64 `sql:"after"` // the previous page's last first dead seq
+	Limit int   `sql:"limit"`
+}
+
 // blocked lists aggregates held by dead events after first dead seq after.
 func (s *store) blocked(ctx context.Context, after int64, limit int) ([]Blocked, error) {
-	rows, err := s.o.Pool.Query(ctx, s.q("admin_blocked"), after, limit)
+	rows, err := s.o.Pool.Query(ctx, s.q.blocked.SQL, s.q.blocked.Args(&blockedParams{After: after, Limit: limit})...)
 	if err != nil {
 		return nil, fmt.Errorf("list blocked aggregates: %w", err)
 	}
@@ -336,17 +410,18 @@ func (s *store) blocked(ctx context.Context, after int64, limit int) ([]Blocked,
 	return out, nil
 }
 
+// auditParams are admin_audit.sql's (a nil pointer is NULL).
+type auditParams struct {
+	Before *int64     `sql:"before"`
+	Limit  int        `sql:"limit"`
+	Event  *uuid.UUID `sql:"event"`
+}
+
 // audit lists audit rows before id before (nil: from the newest), optionally only
 // those naming event.
 func (s *store) audit(ctx context.Context, before *int64, limit int, event *uuid.UUID) ([]AuditEntry, error) {
-	var b, ev any
-	if before != nil {
-		b = *before
-	}
-	if event != nil {
-		ev = *event
-	}
-	rows, err := s.o.Pool.Query(ctx, s.q("admin_audit"), b, limit, ev)
+	p := auditParams{Before: before, Limit: limit, Event: event}
+	rows, err := s.o.Pool.Query(ctx, s.q.audit.SQL, s.q.audit.Args(&p)...)
 	if err != nil {
 		return nil, fmt.Errorf("read audit log: %w", err)
 	}
@@ -398,6 +473,26 @@ type Result struct {
 	Filter Filter `json:"filter"`
 }
 
+// auditedBy is who changed events and why, as a change's statement writes it into its
+// audit row (replays).
+type auditedBy struct {
+	Actor      string `sql:"actor"`
+	Reason     string `sql:"reason"`
+	FilterJSON string `sql:"filter_json"` // the filter as the operator gave it
+}
+
+// changeParams are admin_replay.sql's and admin_discard.sql's.
+type changeParams struct {
+	Filter filterParams `sql:",inline"`
+	By     auditedBy    `sql:",inline"`
+}
+
+// discardOneParams are admin_discard_one.sql's.
+type discardOneParams struct {
+	ID uuid.UUID `sql:"id"`
+	By auditedBy `sql:",inline"`
+}
+
 // errConflict marks a change refused because of the data's state (409).
 var errConflict = errors.New("conflict")
 
@@ -411,16 +506,18 @@ func (s *store) apply(ctx context.Context, c change) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("%s: encode filter: %w", c.action, err)
 	}
-	args := append(c.filter.args(), c.actor, c.reason, string(filterJSON))
-	query := s.q("admin_replay")
+	by := auditedBy{Actor: c.actor, Reason: c.reason, FilterJSON: string(filterJSON)}
+	p := changeParams{Filter: c.filter.params(), By: by}
+	query, args := s.q.replay.SQL, s.q.replay.Args(&p)
 	switch {
 	case c.action == ActionDiscard && c.pending:
 		if c.filter.ID == nil || c.filter != (Filter{ID: c.filter.ID}) {
 			return res, errors.New("discard: a pending event is discarded by id alone")
 		}
-		query, args = s.q("admin_discard_one"), []any{*c.filter.ID, c.actor, c.reason, string(filterJSON)}
+		one := discardOneParams{ID: *c.filter.ID, By: by}
+		query, args = s.q.discardOne.SQL, s.q.discardOne.Args(&one)
 	case c.action == ActionDiscard:
-		query = s.q("admin_discard")
+		query, args = s.q.discard.SQL, s.q.discard.Args(&p)
 	}
 	err = pgx.BeginFunc(ctx, s.o.Pool, func(tx pgx.Tx) error {
 		var auditID *int64

@@ -50,6 +50,13 @@ type Enqueued struct {
 	Payload []byte
 }
 
+// listParams are outboxtest_list.sql's: Match without its schema.
+type listParams struct {
+	AggregateType string `sql:"aggregate_type"`
+	AggregateID   string `sql:"aggregate_id"`
+	EventType     string `sql:"event_type"`
+}
+
 // List returns the events matching m, in write order. It fails t on a query error.
 func List(t testing.TB, q Querier, m Match) []Enqueued {
 	t.Helper()
@@ -62,17 +69,14 @@ func List(t testing.TB, q Querier, m Match) []Enqueued {
 		t.Fatalf("outboxtest: Match.Schema: %v", err)
 		return nil
 	}
-	rows, err := q.Query(context.Background(), sqlq.Query("outboxtest_list", quoted), m.AggregateType, m.AggregateID, m.EventType)
+	stmt := sqlq.Bind[listParams]("outboxtest_list", quoted)
+	p := listParams{AggregateType: m.AggregateType, AggregateID: m.AggregateID, EventType: m.EventType}
+	rows, err := q.Query(context.Background(), stmt.SQL, stmt.Args(&p)...)
 	if err != nil {
 		t.Fatalf("outboxtest: list events: %v", err)
 		return nil
 	}
-	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Enqueued, error) {
-		var e Enqueued
-		err := r.Scan(&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.AggregateVersion, &e.EventType,
-			&e.SchemaVersion, &e.Topic, &e.Headers, &e.ContentType, &e.Payload)
-		return e, err
-	})
+	events, err := pgx.CollectRows(rows, pgx.RowToStructByName[Enqueued])
 	if err != nil {
 		t.Fatalf("outboxtest: read events: %v", err)
 	}

@@ -24,6 +24,17 @@ type Action struct {
 	Reason string
 }
 
+// actionParams are replay.sql's and discard.sql's.
+type actionParams struct {
+	IDs    []uuid.UUID `sql:"ids"`
+	Actor  string      `sql:"actor"`
+	Reason string      `sql:"reason"`
+}
+
+func (a Action) params() *actionParams {
+	return &actionParams{IDs: a.IDs, Actor: a.Actor, Reason: a.Reason}
+}
+
 func (a Action) validate() (string, error) {
 	schema := a.Schema
 	if schema == "" {
@@ -60,7 +71,8 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, a Action) ([]uuid.UUID, err
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	rows, err := pool.Query(ctx, sqlq.Query("replay", quoted), a.IDs, a.Actor, a.Reason)
+	stmt := sqlq.Bind[actionParams]("replay", quoted)
+	rows, err := pool.Query(ctx, stmt.SQL, stmt.Args(a.params())...)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -95,7 +107,8 @@ func Discard(ctx context.Context, pool *pgxpool.Pool, a Action) ([]uuid.UUID, er
 	if err != nil {
 		return nil, fmt.Errorf("discard: %w", err)
 	}
-	rows, err := pool.Query(ctx, sqlq.Query("discard", quoted), a.IDs, a.Actor, a.Reason)
+	stmt := sqlq.Bind[actionParams]("discard", quoted)
+	rows, err := pool.Query(ctx, stmt.SQL, stmt.Args(a.params())...)
 	if err != nil {
 		return nil, fmt.Errorf("discard: %w", err)
 	}

@@ -205,6 +205,11 @@ var ErrNotWoken = errors.New("resumed, but the relays were not woken")
 // ErrNotPaused is matched by the error [Resume] returns when its scope is not paused.
 var ErrNotPaused = errors.New("not paused")
 
+// pausePartitionsParams are pause_partitions.sql's.
+type pausePartitionsParams struct {
+	DefaultPartitions int `sql:"default_partitions"` // the count before any relay started
+}
+
 // Pause stops every relay of the schema from claiming the events of r.Scope, from the
 // commit of the pause on: each claim reads the active pauses in its own snapshot, so a
 // batch claimed before it finishes, and no later one takes a paused event. Events are
@@ -223,7 +228,8 @@ func Pause(ctx context.Context, pool *pgxpool.Pool, r PauseRequest) (p Paused, m
 	}
 	if r.Scope.Kind == PausePartition {
 		var n int
-		if err := pool.QueryRow(ctx, sqlq.Query("pause_partitions", quoted), DefaultPartitions).Scan(&n); err != nil {
+		count := sqlq.Bind[pausePartitionsParams]("pause_partitions", quoted)
+		if err := pool.QueryRow(ctx, count.SQL, count.Args(&pausePartitionsParams{DefaultPartitions: DefaultPartitions})...).Scan(&n); err != nil {
 			return Paused{}, false, fmt.Errorf("pause: %w", sqlq.NotMigrated(cmp.Or(r.Schema, sqlq.DefaultSchema), err))
 		}
 		if r.Scope.Partition >= n {
@@ -280,6 +286,12 @@ func Resume(ctx context.Context, pool *pgxpool.Pool, r PauseRequest) (Paused, er
 	return found[0], nil
 }
 
+// pausesParams are pauses.sql's.
+type pausesParams struct {
+	ActiveOnly bool `sql:"active_only"`
+	Limit      int  `sql:"limit"`
+}
+
 // ListPauses returns the schema's pauses, newest first: the active ones, or with
 // history the resumed ones too, at most limit (0: 1000).
 func ListPauses(ctx context.Context, pool *pgxpool.Pool, schema string, history bool, limit int) ([]Paused, error) {
@@ -290,7 +302,8 @@ func ListPauses(ctx context.Context, pool *pgxpool.Pool, schema string, history 
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := pool.Query(ctx, sqlq.Query("pauses", quoted), !history, limit)
+	stmt := sqlq.Bind[pausesParams]("pauses", quoted)
+	rows, err := pool.Query(ctx, stmt.SQL, stmt.Args(&pausesParams{ActiveOnly: !history, Limit: limit})...)
 	if err != nil {
 		return nil, fmt.Errorf("pauses: %w", sqlq.NotMigrated(cmp.Or(schema, sqlq.DefaultSchema), err))
 	}

@@ -6,17 +6,19 @@ import "github.com/outboxkit/outbox/internal/sqlq"
 // internal/sqlq/queries; where the file depends on the mode and the retention, the
 // tables below say which.
 type queries struct {
-	claim, poisonCandidates     claimStatement    // claimQueries, poisonCandidateQueries
-	claimSeqs                   seqClaimStatement // seqClaimQueries (seqs.go)
-	probe                       sqlq.Statement[probeParams]
-	settle, settleLate          string // settleQueries
-	poisonTry                   string // poisonTryQueries
-	poisonPark, poisonBySize    string
-	fence, config               string
-	purge, purgeNext, purgeLock string
-	leaseInit, leaseBeat        string
-	leaseAcquire, leaseRelease  string
-	leaseNextExpiry             string
+	claim, poisonCandidates    claimStatement    // claimQueries, poisonCandidateQueries
+	claimSeqs                  seqClaimStatement // seqClaimQueries (seqs.go)
+	probe                      sqlq.Statement[probeParams]
+	settle, settleLate         string // settleQueries
+	poisonTry                  string // poisonTryQueries
+	poisonPark, poisonBySize   string
+	fence, config              string
+	purge                      sqlq.Statement[purgeParams]
+	purgeNext                  sqlq.Statement[purgeNextParams]
+	purgeLock                  sqlq.Statement[purgeLockParams]
+	leaseInit, leaseBeat       string
+	leaseAcquire, leaseRelease string
+	leaseNextExpiry            string
 }
 
 // deletes reports whether the claims of a retention mode delete what they claim.
@@ -48,7 +50,9 @@ func newQueries(cfg *Config, quoted string) *queries {
 		settle:           q(settleQueries[del]), settleLate: q("settle_late"), poisonTry: q(poisonTryQueries[del]),
 		poisonPark: q("poison_park"), poisonBySize: q("poison_by_size"),
 		fence: q("fence"), config: q("relay_config"),
-		purge: q("purge"), purgeNext: q("purge_next"), purgeLock: q("purge_lock"),
+		purge:     sqlq.Bind[purgeParams]("purge", quoted),
+		purgeNext: sqlq.Bind[purgeNextParams]("purge_next", quoted),
+		purgeLock: sqlq.Bind[purgeLockParams]("purge_lock", quoted),
 		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"),
 		leaseAcquire: q("lease_acquire"), leaseRelease: q("lease_release"), leaseNextExpiry: q("lease_next_expiry"),
 	}

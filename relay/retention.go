@@ -39,18 +39,36 @@ func (r *purger) run(ctx context.Context) {
 // purged. The relay calls Purge every Retention.Interval; call it to purge now.
 func (r *Relay) Purge(ctx context.Context) (int64, error) { return r.purger.purge(ctx) }
 
+// purgeParams are purge.sql's: one key range [From, From + Size) of seq.
+type purgeParams struct {
+	From    int64 `sql:"from"`
+	Size    int   `sql:"size"`
+	KeepMS  int64 `sql:"keep_ms"` // the cutoff is the database's now() minus this
+	Archive bool  `sql:"archive"`
+}
+
+// purgeNextParams are purge_next.sql's.
+type purgeNextParams struct {
+	From int64 `sql:"from"`
+}
+
+// purgeLockParams are purge_lock.sql's.
+type purgeLockParams struct {
+	Schema string `sql:"schema"`
+}
+
 func (r *purger) purge(ctx context.Context) (int64, error) {
 	if r.cfg.Retention.Mode == DeleteOnPublish {
 		return 0, nil
 	}
-	keepMS := r.cfg.Retention.Keep.Milliseconds() // the cutoff is the database's now() minus this
-	archive := r.cfg.Retention.Mode == KeepThenArchive
+	next := func(from int64) []any { return r.q.purgeNext.Args(&purgeNextParams{From: from}) }
+	lock := r.q.purgeLock.Args(&purgeLockParams{Schema: r.cfg.Schema})
 	var (
 		total int64
 		start *int64
 	)
 	startCtx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
-	err := r.pool.QueryRow(startCtx, r.q.purgeNext, int64(0)).Scan(&start)
+	err := r.pool.QueryRow(startCtx, r.q.purgeNext.SQL, next(0)...).Scan(&start)
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("purge: find start: %w", err)
@@ -59,17 +77,21 @@ func (r *purger) purge(ctx context.Context) (int64, error) {
 		var (
 			deleted, archived int64
 			newer, locked     bool
-			next              *int64
+			following         *int64
 		)
+		p := purgeParams{
+			From: *start, Size: r.cfg.Retention.BatchSize,
+			KeepMS: r.cfg.Retention.Keep.Milliseconds(), Archive: r.cfg.Retention.Mode == KeepThenArchive,
+		}
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout) // one range, one short transaction
 		err := pgx.BeginFunc(rctx, r.pool, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(rctx, r.q.purgeLock, r.cfg.Schema).Scan(&locked); err != nil || !locked {
+			if err := tx.QueryRow(rctx, r.q.purgeLock.SQL, lock...).Scan(&locked); err != nil || !locked {
 				return err
 			}
-			if err := tx.QueryRow(rctx, r.q.purge, *start, r.cfg.Retention.BatchSize, keepMS, archive).Scan(&deleted, &archived, &newer); err != nil {
+			if err := tx.QueryRow(rctx, r.q.purge.SQL, r.q.purge.Args(&p)...).Scan(&deleted, &archived, &newer); err != nil {
 				return err
 			}
-			return tx.QueryRow(rctx, r.q.purgeNext, *start+int64(r.cfg.Retention.BatchSize)).Scan(&next)
+			return tx.QueryRow(rctx, r.q.purgeNext.SQL, next(p.From+int64(p.Size))...).Scan(&following)
 		})
 		cancel()
 		if err != nil {
@@ -83,7 +105,7 @@ func (r *purger) purge(ctx context.Context) (int64, error) {
 		if newer {
 			break
 		}
-		start = next
+		start = following
 	}
 	return total, nil
 }

@@ -15,38 +15,37 @@ import (
 // that order. Every field of P must be exported and tagged, and used by the query, and
 // every parameter of the query must name a field: a mismatch panics in [Bind], as an
 // unknown query name does in [Query] (both are fixed at compile time, and tests make
-// every statement).
+// every statement). A struct field tagged `sql:",inline"` stands for its own fields, so
+// statements that share columns can share the struct that holds them.
 type Statement[P any] struct {
 	// SQL is the rendered query, with $1, $2, … in place of the names.
 	SQL string
-	// fields are the indexes of P's fields in parameter order ($1 first).
-	fields []int
+	// fields are the index paths of P's fields in parameter order ($1 first).
+	fields [][]int
 }
 
 // Bind returns the named query (see [Query]) rendered for quotedSchema, with its
 // parameters bound to the fields of P.
 func Bind[P any](name, quotedSchema string) Statement[P] {
+	return BindText[P](name, Query(name, quotedSchema))
+}
+
+// BindText is [Bind] for a query kept outside this package (a command's own .sql files),
+// whose text the caller has read and rendered; name only labels its panics.
+func BindText[P any](name, text string) Statement[P] {
 	t := reflect.TypeFor[P]()
 	if t.Kind() != reflect.Struct {
 		panic(fmt.Sprintf("sqlq: query %s: parameters must be a struct, got %s", name, t))
 	}
-	byName := make(map[string]int, t.NumField())
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("sql")
-		if tag == "" || !f.IsExported() {
-			panic(fmt.Sprintf("sqlq: query %s: field %s.%s must be exported and carry a sql tag", name, t, f.Name))
-		}
-		if _, dup := byName[tag]; dup {
-			panic(fmt.Sprintf("sqlq: query %s: two fields of %s are tagged %q", name, t, tag))
-		}
-		byName[tag] = i
+	byName := map[string][]int{}
+	if err := tagged(t, nil, byName); err != nil {
+		panic(fmt.Sprintf("sqlq: query %s: %v", name, err))
 	}
-	text, names, err := bindNames(Query(name, quotedSchema))
+	bound, names, err := bindNames(text)
 	if err != nil {
 		panic(fmt.Sprintf("sqlq: query %s: %v", name, err))
 	}
-	s := Statement[P]{SQL: text, fields: make([]int, len(names))}
+	s := Statement[P]{SQL: bound, fields: make([][]int, len(names))}
 	for n, param := range names {
 		i, ok := byName[param]
 		if !ok {
@@ -66,12 +65,36 @@ func Bind[P any](name, quotedSchema string) Statement[P] {
 	return s
 }
 
+// tagged adds the fields of the struct t (at index path at inside P) to byName by their
+// sql tags, and those of its inline structs in turn.
+func tagged(t reflect.Type, at []int, byName map[string][]int) error {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		path := append(slices.Clip(at), i)
+		tag := f.Tag.Get("sql")
+		if tag == ",inline" && f.Type.Kind() == reflect.Struct && f.IsExported() {
+			if err := tagged(f.Type, path, byName); err != nil {
+				return err
+			}
+			continue
+		}
+		if tag == "" || strings.HasPrefix(tag, ",") || !f.IsExported() {
+			return fmt.Errorf("field %s.%s must be exported and carry a sql tag (a name, or ,inline on a struct)", t, f.Name)
+		}
+		if _, dup := byName[tag]; dup {
+			return fmt.Errorf("two fields are tagged %q (the second in %s)", tag, t)
+		}
+		byName[tag] = path
+	}
+	return nil
+}
+
 // Args returns the fields of p as the statement's parameters, in $n order.
 func (s Statement[P]) Args(p *P) []any {
 	v := reflect.ValueOf(p).Elem()
 	args := make([]any, len(s.fields))
-	for n, i := range s.fields {
-		args[n] = v.Field(i).Interface()
+	for n, path := range s.fields {
+		args[n] = v.FieldByIndex(path).Interface()
 	}
 	return args
 }

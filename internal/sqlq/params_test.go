@@ -51,6 +51,25 @@ func TestBindArgsFollowTheNames(t *testing.T) {
 	}
 	if got := s.Args(&enqueueConflictsParams{IDs: `["x"]`}); fmt.Sprint(got) != `[["x"]]` {
 		t.Fatalf("args %v", got)
+	} // A query kept elsewhere (a command's own files) binds the same way.
+	if s := BindText[enqueueConflictsParams]("elsewhere", "SELECT @ids::json, @ids"); s.SQL != "SELECT $1::json, $1" {
+		t.Fatalf("BindText: %q", s.SQL)
+	}
+}
+
+// A struct field tagged ,inline stands for its fields: statements that share columns
+// share their struct.
+func TestBindInlinesAStruct(t *testing.T) {
+	t.Parallel()
+	type shared struct {
+		IDs string `sql:"ids"`
+	}
+	type outer struct {
+		Shared shared `sql:",inline"`
+	}
+	s := Bind[outer]("enqueue_conflicts", `"outbox"`)
+	if got := s.Args(&outer{Shared: shared{IDs: `["y"]`}}); fmt.Sprint(got) != `[["y"]]` {
+		t.Fatalf("args %v", got)
 	}
 }
 
@@ -67,11 +86,24 @@ func TestBindRefusesAMismatch(t *testing.T) {
 	type untagged struct {
 		IDs string
 	}
+	type embedded struct {
+		enqueueConflictsParams // an embedded struct is not inlined without the tag
+	}
+	type twice struct {
+		IDs    string                 `sql:"ids"`
+		Shared enqueueConflictsParams `sql:",inline"`
+	}
+	type inlineScalar struct {
+		IDs string `sql:",inline"`
+	}
 	for name, bind := range map[string]func(){
-		"a parameter names no field": func() { Bind[unknown]("enqueue_conflicts", `"outbox"`) },
-		"a field is not used":        func() { Bind[extra]("enqueue_conflicts", `"outbox"`) },
-		"a field has no tag":         func() { Bind[untagged]("enqueue_conflicts", `"outbox"`) },
-		"a positional query":         func() { Bind[enqueueConflictsParams]("settle_late", `"outbox"`) },
+		"a parameter names no field":  func() { Bind[unknown]("enqueue_conflicts", `"outbox"`) },
+		"a field is not used":         func() { Bind[extra]("enqueue_conflicts", `"outbox"`) },
+		"a field has no tag":          func() { Bind[untagged]("enqueue_conflicts", `"outbox"`) },
+		"an untagged embedded struct": func() { Bind[embedded]("enqueue_conflicts", `"outbox"`) },
+		"a name twice, once inlined":  func() { Bind[twice]("enqueue_conflicts", `"outbox"`) },
+		"an inlined scalar":           func() { Bind[inlineScalar]("enqueue_conflicts", `"outbox"`) },
+		"a positional query":          func() { Bind[enqueueConflictsParams]("settle_late", `"outbox"`) },
 	} {
 		func() {
 			defer func() {

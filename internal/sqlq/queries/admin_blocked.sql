@@ -1,5 +1,5 @@
 -- admin_blocked: aggregates held by dead events (dead, not discarded), oldest first, after
--- the first dead seq $1, at most $2: the first dead event, how many are dead, and how many
+-- the first dead seq @after, at most @limit: the first dead event, how many are dead, and how many
 -- pending events wait behind them (in ordered mode, unless the relay publishes past dead
 -- events of that aggregate type). Reads events_held, then events_pending_aggregate per
 -- aggregate listed.
@@ -13,7 +13,7 @@ FROM (
     FROM {{schema}}.events
     WHERE dead_at IS NOT NULL AND discarded_at IS NULL
     GROUP BY aggregate_type, aggregate_id
-    HAVING min(seq) > $1::bigint
+    HAVING min(seq) > @after::bigint
 ) h
 ORDER BY h.first_seq
-LIMIT $2
+LIMIT @limit

@@ -1,11 +1,11 @@
 -- admin_by_partition: pending and dead counts per relay partition (event partition p is in
 -- relay partition p * partitions / 4096, as the claims compute it; relay_config's count,
--- or $1 before any relay started), with the lease's owner, epoch and expiry. Every relay
+-- or @default_partitions before any relay started), with the lease's owner, epoch and expiry. Every relay
 -- partition is listed, also an empty one. The counts read the partial indexes' rows only.
 -- A lease row never taken, or released, expires at '-infinity': no expiry (NULL), which
 -- a Go time.Time cannot hold.
 WITH cfg AS (
-    SELECT coalesce((SELECT partitions FROM {{schema}}.relay_config), $1::int) AS n
+    SELECT coalesce((SELECT partitions FROM {{schema}}.relay_config), @default_partitions::int) AS n
 ), counts AS (
     SELECT partition * (SELECT n FROM cfg) / 4096 AS rp, sum(pending)::bigint AS pending, sum(dead)::bigint AS dead
     FROM (

@@ -1,6 +1,6 @@
--- admin_events_after: one page of events matching the admin filter ($1–$6, see
--- admin_filter) and state $7 ('' any; published, discarded), in write order after seq $8,
--- at most $9 rows: a walk of the primary key from $8. Dead letters and pending events have
+-- admin_events_after: one page of events matching the admin filter (see admin_filter) and
+-- @state ('' any; published, discarded), in write order after seq @after, at most @limit
+-- rows: a walk of the primary key from @after. Dead letters and pending events have
 -- statements of their own (admin_events_dead, admin_events_pending), whose state is
 -- written out so that even a generic plan walks their partial index: with the state a
 -- parameter, the generic plan walked the primary key past 1M published rows for 200 dead
@@ -8,9 +8,9 @@
 SELECT {{include admin_event_columns}}
 FROM {{schema}}.events e
 WHERE {{include admin_filter}}
-  AND ($7::text = ''
-       OR ($7::text = 'published' AND e.published_at IS NOT NULL)
-       OR ($7::text = 'discarded' AND e.discarded_at IS NOT NULL))
-  AND e.seq > $8::bigint
+  AND (@state::text = ''
+       OR (@state::text = 'published' AND e.published_at IS NOT NULL)
+       OR (@state::text = 'discarded' AND e.discarded_at IS NOT NULL))
+  AND e.seq > @after::bigint
 ORDER BY e.seq
-LIMIT $9
+LIMIT @limit

@@ -1,6 +1,7 @@
 -- admin_replay: replay every dead letter (dead, not discarded: checked in WHERE) matching
--- the admin filter ($1–$6, see admin_filter) in one statement, and audit it in the same one:
--- actor $7, reason $8, the filter as the operator gave it $9 (jsonb), the ids it matched.
+-- the admin filter (see admin_filter) in one statement, and audit it in the same one:
+-- @actor, @reason, the filter as the operator gave it @filter_json (jsonb), the ids it
+-- matched.
 -- Set-based: the page sends a filter, never a list of ids. The caller runs it in a
 -- transaction and rolls back when the count is not what the operator confirmed (or is over
 -- the bulk limit). Discarded events never match, so none is replayed out of order.
@@ -12,7 +13,7 @@ WITH replayed AS (
     RETURNING e.id
 ), audit AS (
     INSERT INTO {{schema}}.replays (action, actor, reason, event_ids, filter)
-    SELECT 'replay', $7, $8, array_agg(id), $9::jsonb FROM replayed HAVING count(*) > 0
+    SELECT 'replay', @actor, @reason, array_agg(id), @filter_json::jsonb FROM replayed HAVING count(*) > 0
     RETURNING id
 )
 SELECT (SELECT count(*) FROM replayed), (SELECT id FROM audit)

@@ -2,7 +2,7 @@
 -- pending rows; events_held: dead rows not discarded), so its cost follows the backlog and
 -- the dead letters, not the table. The oldest pending row is the first of events_pending in
 -- seq order (seq order is commit order for writers that take the aggregate lock). written
--- counts the rows after seq $1 (the previous sample's max_seq; 0 on the first sample, which
+-- counts the rows after seq @after (the previous sample's max_seq; 0 on the first sample, which
 -- counts nothing rather than the whole table): a primary-key range, for the handler's
 -- throughput estimate. Retention: the events table's and its indexes' sizes,
 -- the planner's row estimates (pg_class.reltuples: no count of the retained rows, which
@@ -14,7 +14,7 @@ SELECT
     (SELECT count(*) FROM {{schema}}.events WHERE dead_at IS NOT NULL AND discarded_at IS NULL),
     (SELECT count(DISTINCT (aggregate_type, aggregate_id)) FROM {{schema}}.events WHERE dead_at IS NOT NULL AND discarded_at IS NULL),
     coalesce((SELECT max(seq) FROM {{schema}}.events), 0),
-    CASE WHEN $1::bigint > 0 THEN (SELECT count(*) FROM {{schema}}.events WHERE seq > $1::bigint) ELSE 0 END,
+    CASE WHEN @after::bigint > 0 THEN (SELECT count(*) FROM {{schema}}.events WHERE seq > @after::bigint) ELSE 0 END,
     coalesce((SELECT mode FROM {{schema}}.relay_config), ''),
     coalesce((SELECT partitions FROM {{schema}}.relay_config), 0),
     now(),

@@ -1,4 +1,3 @@
--- inbox_outcome: settles the outcome of one event's dedup row. $1 consumer, $2 event id,
--- $3 outcome.
-UPDATE {{schema}}.inbox SET outcome = $3, processed_at = now()
-WHERE consumer = $1 AND event_id = $2
+-- inbox_outcome: settles the outcome of one event's dedup row.
+UPDATE {{schema}}.inbox SET outcome = @outcome, processed_at = now()
+WHERE consumer = @consumer AND event_id = @event_id

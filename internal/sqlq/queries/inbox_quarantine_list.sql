@@ -1,11 +1,10 @@
 -- inbox_quarantine_list: one page of a consumer's quarantined events, oldest first, after
 -- a cursor (quarantined_at, event_id) of the previous page. Served by the primary key's
--- consumer prefix; a quarantine is small. $1 consumer, $2 cursor time, $3 cursor event
--- id, $4 page size.
+-- consumer prefix; a quarantine is small.
 SELECT event_id, seq, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, topic,
     coalesce(headers::text, ''), content_type, coalesce(payload, ''::bytea), trace_parent, created_at,
     kind, reason, attempts, quarantined_at
 FROM {{schema}}.inbox_quarantine
-WHERE consumer = $1 AND (quarantined_at, event_id) > ($2, $3)
+WHERE consumer = @consumer AND (quarantined_at, event_id) > (@after_time, @after_id)
 ORDER BY quarantined_at, event_id
-LIMIT $4
+LIMIT @page_size

@@ -4,8 +4,6 @@
 -- here on the first one's uncommitted row until that commits (then conflicts: a
 -- duplicate) or rolls back (then inserts: the only delivery that counts). The outcome
 -- starts as 'applied', the common case; the others are settled later in the transaction.
--- $1 consumer, $2 event id, $3 aggregate type, $4 aggregate id, $5 aggregate version,
--- $6 event type.
 INSERT INTO {{schema}}.inbox (consumer, event_id, aggregate_type, aggregate_id, aggregate_version, event_type, outcome)
-VALUES ($1, $2, $3, $4, $5, $6, 'applied')
+VALUES (@consumer, @event_id, @aggregate_type, @aggregate_id, @aggregate_version, @event_type, 'applied')
 ON CONFLICT (consumer, event_id) DO NOTHING

@@ -1,9 +1,10 @@
 -- outboxtest_list: events matching a filter, in write order. Empty filter fields match all.
-SELECT id, seq, aggregate_type, aggregate_id, coalesce(aggregate_version, 0), event_type,
-       schema_version, coalesce(topic, ''), headers, content_type,
-       coalesce(convert_to(payload::text, 'UTF8'), payload_bytes, ''::bytea)
+-- Each column is named as the field of outboxtest.Enqueued it fills (pgx.RowToStructByName).
+SELECT id, seq, aggregate_type, aggregate_id, coalesce(aggregate_version, 0) AS aggregate_version, event_type,
+       schema_version, coalesce(topic, '') AS topic, headers, content_type,
+       coalesce(convert_to(payload::text, 'UTF8'), payload_bytes, ''::bytea) AS payload
 FROM {{schema}}.events
-WHERE ($1 = '' OR aggregate_type = $1)
-  AND ($2 = '' OR aggregate_id = $2)
-  AND ($3 = '' OR event_type = $3)
+WHERE (@aggregate_type = '' OR aggregate_type = @aggregate_type)
+  AND (@aggregate_id = '' OR aggregate_id = @aggregate_id)
+  AND (@event_type = '' OR event_type = @event_type)
 ORDER BY seq

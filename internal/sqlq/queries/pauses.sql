@@ -1,6 +1,6 @@
 -- pauses: the pauses of the schema (0008_pauses.sql), newest first: the active ones only
--- ($1 true), or every one, resumed too, up to $2 rows.
+-- (@active_only), or every one, resumed too, up to @limit rows.
 SELECT {{include pause_columns}} FROM {{schema}}.pauses
-WHERE resumed_at IS NULL OR NOT $1::bool
+WHERE resumed_at IS NULL OR NOT @active_only::bool
 ORDER BY id DESC
-LIMIT $2
+LIMIT @limit

@@ -97,6 +97,16 @@ func defaultActor(env []string) string {
 	return "outbox-cli:" + user + "@" + cmpOr(host, "unknown")
 }
 
+// selectIDsParams are select_ids.sql's: the events sel names, for a replay or not.
+type selectIDsParams struct {
+	IDs           []uuid.UUID `sql:"ids"`
+	AggregateType *string     `sql:"aggregate_type"`
+	AggregateID   *string     `sql:"aggregate_id"`
+	EventType     *string     `sql:"event_type"`
+	Since         time.Time   `sql:"since"`
+	Replay        bool        `sql:"replay"`
+}
+
 // actionCommand is `outbox replay` or `outbox discard`.
 func (a *app) actionCommand(kind actionKind) *cobra.Command {
 	var o actionOptions
@@ -118,11 +128,15 @@ func (a *app) actionCommand(kind actionKind) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			q, err := a.query("select_ids")
+			stmt, err := bind[selectIDsParams](a, "select_ids")
 			if err != nil {
 				return err
 			}
-			rows, err := pool.Query(cmd.Context(), q, sel.ids, sel.aggType, sel.aggID, kind == actionReplay, sel.eventType, sel.since)
+			p := selectIDsParams{
+				IDs: sel.ids, AggregateType: sel.aggType, AggregateID: sel.aggID,
+				EventType: sel.eventType, Since: sel.since, Replay: kind == actionReplay,
+			}
+			rows, err := pool.Query(cmd.Context(), stmt.SQL, stmt.Args(&p)...)
 			if err != nil {
 				return tableError("events", err)
 			}

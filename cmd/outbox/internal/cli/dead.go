@@ -51,6 +51,16 @@ type EventDetail struct {
 	PayloadBytes int        `json:"payload_bytes"`
 }
 
+// deadListParams are dead_list.sql's.
+type deadListParams struct {
+	Limit int `sql:"limit"`
+}
+
+// deadShowParams are dead_show.sql's.
+type deadShowParams struct {
+	ID uuid.UUID `sql:"id"`
+}
+
 // deadCommand is `outbox dead list|show`.
 func (a *app) deadCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "dead", Short: "Look at dead letters: events out of attempts or failed permanently"}
@@ -72,11 +82,11 @@ func (a *app) deadCommand() *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			q, err := a.query("dead_list")
+			stmt, err := bind[deadListParams](a, "dead_list")
 			if err != nil {
 				return err
 			}
-			rows, err := pool.Query(cmd.Context(), q, limit)
+			rows, err := pool.Query(cmd.Context(), stmt.SQL, stmt.Args(&deadListParams{Limit: limit})...)
 			if err != nil {
 				return tableError("events", err)
 			}
@@ -115,7 +125,7 @@ func (a *app) deadCommand() *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			q, err := a.query("dead_show")
+			stmt, err := bind[deadShowParams](a, "dead_show")
 			if err != nil {
 				return err
 			}
@@ -123,7 +133,7 @@ func (a *app) deadCommand() *cobra.Command {
 				d    EventDetail
 				body []byte
 			)
-			err = pool.QueryRow(cmd.Context(), q, id).Scan(&d.ID, &d.Seq, &d.AggregateType, &d.AggregateID, &d.AggregateVersion,
+			err = pool.QueryRow(cmd.Context(), stmt.SQL, stmt.Args(&deadShowParams{ID: id})...).Scan(&d.ID, &d.Seq, &d.AggregateType, &d.AggregateID, &d.AggregateVersion,
 				&d.Partition, &d.EventType, &d.SchemaVersion, &d.Topic, &d.Headers, &d.ContentType, &body, &d.TraceParent,
 				&d.CreatedAt, &d.AvailableAt, &d.Attempts, &d.LastError, &d.PublishedAt, &d.DeadAt, &d.DiscardedAt)
 			if errors.Is(err, pgx.ErrNoRows) {

@@ -146,17 +146,17 @@ type demo struct {
 	progress io.Writer
 	log      *slog.Logger // the components' logger
 
-	reconcileSQL string
-	killSQL      string
-	lat          latencies
-	inbox        *inventory.Consumer
-	posted       atomic.Int64
-	postFailed   atomic.Int64
-	relayKills   int
-	relaysMu     sync.Mutex
-	relays       []*relay.Relay // every relay started, for their stats
-	acks         atomic.Int64   // deliveries the broker acked, of every relay
-	outages      int
+	reconcileStmt sqlq.Statement[reconcileParams]
+	killStmt      sqlq.Statement[killParams]
+	lat           latencies
+	inbox         *inventory.Consumer
+	posted        atomic.Int64
+	postFailed    atomic.Int64
+	relayKills    int
+	relaysMu      sync.Mutex
+	relays        []*relay.Relay // every relay started, for their stats
+	acks          atomic.Int64   // deliveries the broker acked, of every relay
+	outages       int
 }
 
 func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
@@ -190,9 +190,9 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	// The orders example lives in the default schema.
 	quoted, _ := sqlq.QuoteSchema(relay.DefaultSchema)
 	b, _ := queryFiles.ReadFile("queries/demo_reconcile.sql")
-	d.reconcileSQL = sqlq.Render(string(b), quoted)
+	d.reconcileStmt = sqlq.BindText[reconcileParams]("demo_reconcile", sqlq.Render(string(b), quoted))
 	b, _ = queryFiles.ReadFile("queries/demo_kill_relay.sql")
-	d.killSQL = string(b)
+	d.killStmt = sqlq.BindText[killParams]("demo_kill_relay", string(b))
 	// Cleanup runs after Ctrl-C too: it needs a context of its own.
 	bg := context.WithoutCancel(ctx)
 
@@ -367,10 +367,25 @@ func (d *demo) say(format string, args ...any) {
 	_, _ = fmt.Fprintf(d.progress, "demo: "+format+"\n", args...)
 }
 
+// reconcileParams are demo_reconcile.sql's.
+type reconcileParams struct {
+	SKU    string `sql:"sku"`    // the run's
+	Seeded int64  `sql:"seeded"` // the units the SKU was seeded with
+}
+
+func (d *demo) reconcileArgs() []any {
+	return d.reconcileStmt.Args(&reconcileParams{SKU: d.sku, Seeded: demoSeed})
+}
+
+// killParams are demo_kill_relay.sql's.
+type killParams struct {
+	ApplicationName string `sql:"application_name"` // the killed relay's pool's
+}
+
 // reconcile computes the summary from the database.
 func (d *demo) reconcile(ctx context.Context) (DemoSummary, error) {
 	var s DemoSummary
-	err := d.pool.QueryRow(ctx, d.reconcileSQL, d.sku, demoSeed).Scan(&s.Committed, &s.Published, &s.Consumed, &s.EffectsApplied, &s.Lost)
+	err := d.pool.QueryRow(ctx, d.reconcileStmt.SQL, d.reconcileArgs()...).Scan(&s.Committed, &s.Published, &s.Consumed, &s.EffectsApplied, &s.Lost)
 	if err != nil {
 		return s, fmt.Errorf("demo: reconcile: %w", err)
 	}
@@ -438,7 +453,7 @@ func (d *demo) report(ctx context.Context, start time.Time) {
 		}
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		var s DemoSummary
-		err := d.monitor.QueryRow(qctx, d.reconcileSQL, d.sku, demoSeed).Scan(&s.Committed, &s.Published, &s.Consumed, &s.EffectsApplied, &s.Lost)
+		err := d.monitor.QueryRow(qctx, d.reconcileStmt.SQL, d.reconcileArgs()...).Scan(&s.Committed, &s.Published, &s.Consumed, &s.EffectsApplied, &s.Lost)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -462,7 +477,7 @@ func (d *demo) drain(ctx context.Context) {
 	deadline := time.Now().Add(d.flags.drain)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		var s DemoSummary
-		err := d.pool.QueryRow(ctx, d.reconcileSQL, d.sku, demoSeed).Scan(&s.Committed, &s.Published, &s.Consumed, &s.EffectsApplied, &s.Lost)
+		err := d.pool.QueryRow(ctx, d.reconcileStmt.SQL, d.reconcileArgs()...).Scan(&s.Committed, &s.Published, &s.Consumed, &s.EffectsApplied, &s.Lost)
 		if err == nil && s.Published == s.Committed && s.Lost == 0 {
 			return
 		}
@@ -611,7 +626,7 @@ func (d *demo) superviseRelay(ctx context.Context, js jetstream.JetStream, killR
 			case <-ctx.Done():
 			}
 			var n int
-			if err := d.pool.QueryRow(ctx, d.killSQL, app).Scan(&n); err != nil {
+			if err := d.pool.QueryRow(ctx, d.killStmt.SQL, d.killStmt.Args(&killParams{ApplicationName: app})...).Scan(&n); err != nil {
 				d.log.Error("relay: kill", slog.Any("error", err))
 			}
 			cancel()

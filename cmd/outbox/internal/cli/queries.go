@@ -23,6 +23,16 @@ func (a *app) query(name string) (string, error) {
 	return sqlq.Render(string(b), quoted), nil
 }
 
+// bind returns the named query of queries/ rendered for the configured schema, with its
+// @name parameters bound to the fields of P (sqlq.BindText).
+func bind[P any](a *app, name string) (sqlq.Statement[P], error) {
+	q, err := a.query(name)
+	if err != nil {
+		return sqlq.Statement[P]{}, err
+	}
+	return sqlq.BindText[P](name, q), nil
+}
+
 // coreQuery returns the named query of the core module's set (internal/sqlq), rendered
 // for the configured schema: the queries this command shares with the libraries.
 func (a *app) coreQuery(name string) (string, error) {

@@ -90,6 +90,11 @@ func age(now time.Time, t *time.Time) float64 {
 	return max(0, now.Sub(*t).Seconds())
 }
 
+// statusPartitionsParams are status_partitions.sql's.
+type statusPartitionsParams struct {
+	Partitions int `sql:"partitions"` // the relays' count (relay_config)
+}
+
 // status reads the Status of the schema.
 func (a *app) status(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 	st := Status{Schema: a.cfg.Schema, EventTypes: []EventTypeStatus{}, RelayPartitions: []PartitionStatus{}}
@@ -132,8 +137,8 @@ func (a *app) status(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 	case err != nil:
 		return st, tableError("relay_config", err)
 	}
-	q, _ = a.query("status_partitions")
-	rows, err = pool.Query(ctx, q, st.Partitions)
+	parts, _ := bind[statusPartitionsParams](a, "status_partitions")
+	rows, err = pool.Query(ctx, parts.SQL, parts.Args(&statusPartitionsParams{Partitions: st.Partitions})...)
 	if err != nil {
 		return st, tableError("leases", err)
 	}

@@ -43,6 +43,12 @@ type TailLine struct {
 	Payload       json.RawMessage `json:"payload,omitempty"`
 }
 
+// tailParams are tail.sql's.
+type tailParams struct {
+	After       int64 `sql:"after"` // the last seq shown
+	WithPayload bool  `sql:"with_payload"`
+}
+
 // tailCommand is `outbox tail`: follow new events, for debugging.
 func (a *app) tailCommand() *cobra.Command {
 	o := tailOptions{fromSeq: -1, interval: 500 * time.Millisecond}
@@ -59,7 +65,7 @@ func (a *app) tailCommand() *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			q, err := a.query("tail")
+			stmt, err := bind[tailParams](a, "tail")
 			if err != nil {
 				return err
 			}
@@ -76,7 +82,7 @@ func (a *app) tailCommand() *cobra.Command {
 			tick := time.NewTicker(o.interval)
 			defer tick.Stop()
 			for {
-				rows, err := pool.Query(ctx, q, after, o.payload)
+				rows, err := pool.Query(ctx, stmt.SQL, stmt.Args(&tailParams{After: after, WithPayload: o.payload})...)
 				if err != nil {
 					if ctx.Err() != nil {
 						return nil
