@@ -4,6 +4,8 @@ go 1.26.0
 
 replace github.com/outboxkit/outbox => ../..
 
+replace github.com/outboxkit/outbox/cdc => ../../cdc
+
 replace github.com/outboxkit/outbox/outboxprom => ../../outboxprom
 
 replace github.com/outboxkit/outbox/sink/natssink => ../../sink/natssink
@@ -25,6 +27,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/cdc v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/outboxotel v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/outboxprom v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/sink/amqpsink v0.0.0-00010101000000-000000000000
@@ -47,6 +50,11 @@ require (
 	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 )
 
 require (

@@ -38,6 +38,13 @@ type Config struct {
 	// Relay is the library's relay configuration; Schema and Logger are filled from
 	// the fields above.
 	Relay relay.Config
+	// Source is how `outbox relay` finds new events: poll (the relay's claims, woken as
+	// relay.wakeup says) or cdc (the WAL, through a replication slot, with the relay's
+	// polling for what it leaves).
+	Source string
+	// CDCSlot names the replication slot and publication of source cdc ("": the
+	// library's default).
+	CDCSlot string
 	// Sink chooses and configures the sink of `outbox relay`.
 	Sink SinkConfig
 	// HTTPListen is the address of the metrics and health listener; "" turns it off.
@@ -287,6 +294,10 @@ var options = []option{
 		func(c *Config) *time.Duration { return &c.Relay.PollInterval }).in(scopeRelay),
 	duration("relay.fallback_poll_interval", "idle wait between looks for work while the listener works", relay.DefaultFallbackPollInterval,
 		func(c *Config) *time.Duration { return &c.Relay.FallbackPollInterval }).in(scopeRelay),
+	str("relay.source", "how new events are found: poll (claims, woken as relay.wakeup says) or cdc (logical replication; needs wal_level=logical)", "poll",
+		func(c *Config) *string { return &c.Source }, "poll", "cdc").in(scopeRelay),
+	str("cdc.slot", "replication slot (and publication) of relay.source cdc; \"\": outbox_cdc_<schema>", "",
+		func(c *Config) *string { return &c.CDCSlot }).in(scopeRelay),
 	str("relay.wakeup", "listen or poll", string(relay.DefaultWakeup),
 		func(c *Config) *string { return (*string)(&c.Relay.Wakeup) }, string(relay.WakeupListen), string(relay.WakeupPoll)).in(scopeRelay),
 	integer("relay.concurrency", "batches in flight at once (0: the library's default)", 0, 0, 64,

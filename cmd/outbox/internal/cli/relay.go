@@ -12,8 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/outboxadmin"
+
+	"github.com/outboxkit/outbox/cdc"
 	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/httpsink"
 	"github.com/outboxkit/outbox/sink/jsonlsink"
@@ -161,7 +164,9 @@ func (a *app) runRelay(ctx context.Context) error {
 
 	log.Info("relay starting", slog.String("schema", cfg.Schema), slog.String("mode", string(cmpOr(string(cfg.Mode), string(relay.DefaultMode)))), slog.String("sink", a.cfg.Sink.Type))
 	start := time.Now()
+	cdcDone := a.runCDC(ctx, pool, r, log)
 	runErr := r.Run(ctx)
+	<-cdcDone
 	monStop()
 	<-monDone
 	if srv != nil {
@@ -178,4 +183,29 @@ func (a *app) runRelay(ctx context.Context) error {
 	}
 	log.Info("relay stopped", slog.Int64("published", st.Published), slog.Int64("dead", st.Dead), slog.Duration("ran", time.Since(start).Round(time.Millisecond)))
 	return nil
+}
+
+// runCDC starts, with relay.source cdc, the change-data-capture source beside the relay
+// r, and returns a channel closed when it has ended (at once without it). When it
+// cannot go on (wal_level, a lost slot) it says so, and the relay's polling goes on
+// publishing everything from the table.
+func (a *app) runCDC(ctx context.Context, pool *pgxpool.Pool, r *relay.Relay, log *slog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	if a.cfg.Source != "cdc" {
+		close(done)
+		return done
+	}
+	src, err := cdc.New(pool, r, &cdc.Config{Slot: a.cfg.CDCSlot, Logger: log})
+	if err != nil {
+		log.Error("relay.source cdc: " + err.Error() + "; the relay polls")
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		if err := src.Run(ctx); err != nil {
+			log.Error("relay.source cdc stopped; the relay polls on", slog.Any("error", err))
+		}
+	}()
+	return done
 }
