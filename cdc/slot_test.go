@@ -212,3 +212,40 @@ func TestIdleSourceConfirmsTheServersPosition(t *testing.T) {
 		return queryInt(t, pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, s.cfg.Slot, end) == 1
 	})
 }
+
+// Slot bootstrap (TESTPLAN #62): events committed while the slot is being created, before
+// its consistent point, are not in its stream; the Source wakes the relay's polling
+// claims when it starts on a new slot, and they publish those events (the relay here
+// polls once an hour: without the wake-up they would wait).
+func TestEventsBeforeTheSlotAreBackfilled(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	sink := &memsink.Sink{}
+	r := newRelay(t, pool, sink, relay.Unordered)
+	stopWriting := make(chan struct{})
+	wrote := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stopWriting:
+				wrote <- n
+				return
+			default:
+			}
+			write(t, pool, []string{fmt.Sprint("w", n)}, 1, 1)
+			n++
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // committed before the Source starts
+	s := newSource(t, pool, r, slotName(t, pool))
+	startSource(t, pool, s)
+	time.Sleep(200 * time.Millisecond)
+	close(stopWriting)
+	n := <-wrote
+	waitDelivered(t, sink, n, 30*time.Second)
+	if st := s.Stats(); st.Events >= int64(n) {
+		t.Fatalf("the Source read %d of the %d events: the test did not write before its slot", st.Events, n)
+	}
+}

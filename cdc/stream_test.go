@@ -40,8 +40,10 @@ func TestStreamedTransactions(t *testing.T) {
 	events := func(prefix string, n int) []outbox.Event {
 		out := make([]outbox.Event, n)
 		for i := range out {
-			out[i] = outbox.Event{AggregateType: "order", AggregateID: fmt.Sprintf("%s%d", prefix, i%1000), EventType: "order.changed",
-				AggregateVersion: int64(i/1000 + 1), Payload: []byte(`{"n":1}`)}
+			out[i] = outbox.Event{
+				AggregateType: "order", AggregateID: fmt.Sprintf("%s%d", prefix, i%1000), EventType: "order.changed",
+				AggregateVersion: int64(i/1000 + 1), Payload: []byte(`{"n":1}`),
+			}
 		}
 		return out
 	}
