@@ -3,7 +3,7 @@
 // github.com/jackc/pglogrepl), as the third way to wake a relay besides polling and
 // LISTEN/NOTIFY.
 //
-// The WAL discovers; the table keeps the state (docs/adr/0026-cdc.md). A [Source] reads
+// The WAL discovers; the table keeps the state (docs/adr/0026-cdc-discovers-the-table-keeps-the-state.md). A [Source] reads
 // the inserts into the schema's events table from a replication slot, and hands the seqs
 // of each committed transaction to a running [relay.Relay] ([relay.Relay.PublishSeqs]),
 // which claims them by seq — a primary-key lookup each instead of a walk of the pending

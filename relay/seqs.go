@@ -29,7 +29,7 @@ type SeqsResult struct {
 // once each of them is settled. It is the entry of a change-data-capture source (package
 // cdc), which reads from the WAL which events committed: a batch claims them by seq, a
 // primary-key lookup each, where a polling claim walks the pending indexes
-// (docs/adr/0026-cdc.md).
+// (docs/adr/0026-cdc-discovers-the-table-keeps-the-state.md).
 //
 // A seq it does not claim is left as it is (SeqsResult.Left says why that can be): a
 // pending row stays pending, and the relay's own polling claims publish it, in order,

@@ -17,7 +17,7 @@
 -- polling claims) ends the aggregate's share, so nothing goes out before it. Every probe
 -- is a correlated LIMIT 1 subquery on events_pending_aggregate or events_held (few
 -- entries each), as in claim_ordered_pick.sql. A row left out stays pending for the
--- polling claims (docs/adr/0026-cdc.md).
+-- polling claims (docs/adr/0026-cdc-discovers-the-table-keeps-the-state.md).
 cands AS MATERIALIZED (
     SELECT x.seq, x.ctid, x.aggregate_type, x.aggregate_id, x.available_at <= now() AS ready,
            row_number() OVER (PARTITION BY x.aggregate_type, x.aggregate_id ORDER BY x.seq) AS turn

@@ -5,7 +5,7 @@
 -- source read from the WAL (relay/seqs.go's unorderedSeqClaim binds them by name). Of
 -- those, the rows still pending, available and not paused that no other relay holds: a
 -- primary-key lookup each, no walk of the pending indexes. A row left out stays pending
--- for the polling claims (docs/adr/0026-cdc.md).
+-- for the polling claims (docs/adr/0026-cdc-discovers-the-table-keeps-the-state.md).
 picked AS (
     SELECT seq FROM {{schema}}.events
     WHERE seq = ANY(@seqs::bigint[])
