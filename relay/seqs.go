@@ -18,8 +18,9 @@ type SeqsResult struct {
 	// Left counts the seqs no batch claimed: rows no longer pending (published, dead or
 	// deleted already), or not claimable now — an earlier pending or a dead row of their
 	// aggregate holds them, they are scheduled later, paused, in a partition another
-	// relay leases, in another batch, or the breaker is open. They stay as they are: the
-	// pending ones are the polling claims' to publish.
+	// relay leases, in another batch, or the sink is down (the breaker is open:
+	// PublishSeqs then wakes the relay's workers, which wait for the breaker and probe).
+	// They stay as they are: the pending ones are the polling claims' to publish.
 	Left int
 }
 
@@ -47,6 +48,9 @@ func (r *Relay) PublishSeqs(ctx context.Context, seqs []int64) (SeqsResult, erro
 	rest := slices.Clone(seqs)
 	for len(rest) > 0 {
 		if ok, _ := r.batches.breaker.acquire(time.Now()); !ok {
+			// the sink is down: the polling claims take these up, after the breaker's
+			// wait and its probe, not at their poll interval
+			r.Wake()
 			break
 		}
 		chunk := rest[:min(size, len(rest))]
@@ -61,6 +65,10 @@ func (r *Relay) PublishSeqs(ctx context.Context, seqs []int64) (SeqsResult, erro
 		if err != nil {
 			out.Left = len(seqs) - out.Claimed
 			return out, fmt.Errorf("relay: publish by seq: %w", err)
+		}
+		if r.batches.breaker.open() {
+			r.Wake() // the batch found the sink down: as above
+			break
 		}
 		if res.claimed == 0 {
 			rest = rest[len(chunk):] // none of these can go now: the polling claims' then
