@@ -95,8 +95,10 @@ type Stats struct {
 	// Published, Left: what [relay.Relay.PublishSeqs] did with them (Left: for the
 	// polling claims).
 	Published, Left int64
-	// ConfirmedLSN is what it confirmed to the server; ReceivedLSN the furthest it read.
+	// ConfirmedLSN is what it confirmed to the server; ReceivedLSN the furthest it read;
+	// ConfirmedAt when ConfirmedLSN last moved (zero: never).
 	ConfirmedLSN, ReceivedLSN string
+	ConfirmedAt               time.Time
 	// WALStatus is the slot's wal_status (reserved, extended, unreserved, lost) at the
 	// last look; RetainedBytes the WAL the slot keeps (the server's position minus its
 	// restart_lsn); ConfirmedLag the server's position minus what the slot confirmed.
@@ -345,12 +347,12 @@ func (s *Source) hand(ctx context.Context, conn *pgconn.PgConn, txns chan<- *txn
 		s.state.stats.Events += int64(len(t.seqs))
 	}
 	if len(t.seqs) == 0 && s.state.inflight == 0 {
-		s.state.confirmed = max(s.state.confirmed, t.end) // nothing of it to settle
+		s.confirm(t.end) // nothing of it to settle
 		s.mu.Unlock()
 		return nil
 	}
 	if s.confirmOnReceipt {
-		s.state.confirmed = max(s.state.confirmed, t.end) // the negative control: before the ack
+		s.confirm(t.end) // the negative control: before the ack
 	}
 	s.state.inflight++
 	s.mu.Unlock()
@@ -413,7 +415,7 @@ func (s *Source) publish(ctx context.Context, txns <-chan *txn) {
 		}
 		s.mu.Lock()
 		s.state.inflight -= n
-		s.state.confirmed = max(s.state.confirmed, last.end)
+		s.confirm(last.end)
 		s.state.stats.Published += int64(res.Published)
 		s.state.stats.Left += int64(res.Left)
 		s.mu.Unlock()
@@ -468,7 +470,14 @@ func (s *Source) idle(walEnd pglogrepl.LSN, busy bool) {
 	defer s.mu.Unlock()
 	s.state.received = max(s.state.received, walEnd)
 	if !busy && s.state.inflight == 0 {
-		s.state.confirmed = max(s.state.confirmed, walEnd)
+		s.confirm(walEnd)
+	}
+}
+
+// confirm moves the confirmed position up to lsn; s.mu must be held.
+func (s *Source) confirm(lsn pglogrepl.LSN) {
+	if lsn > s.state.confirmed {
+		s.state.confirmed, s.state.stats.ConfirmedAt = lsn, time.Now()
 	}
 }
 

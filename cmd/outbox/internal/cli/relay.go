@@ -17,6 +17,7 @@ import (
 	"github.com/outboxkit/outbox/outboxadmin"
 
 	"github.com/outboxkit/outbox/cdc"
+	"github.com/outboxkit/outbox/outboxprom"
 	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/httpsink"
 	"github.com/outboxkit/outbox/sink/jsonlsink"
@@ -164,7 +165,7 @@ func (a *app) runRelay(ctx context.Context) error {
 
 	log.Info("relay starting", slog.String("schema", cfg.Schema), slog.String("mode", string(cmpOr(string(cfg.Mode), string(relay.DefaultMode)))), slog.String("sink", a.cfg.Sink.Type))
 	start := time.Now()
-	cdcDone := a.runCDC(ctx, pool, r, log)
+	cdcDone := a.runCDC(ctx, pool, r, mon, log)
 	runErr := r.Run(ctx)
 	<-cdcDone
 	monStop()
@@ -186,10 +187,10 @@ func (a *app) runRelay(ctx context.Context) error {
 }
 
 // runCDC starts, with relay.source cdc, the change-data-capture source beside the relay
-// r, and returns a channel closed when it has ended (at once without it). When it
-// cannot go on (wal_level, a lost slot) it says so, and the relay's polling goes on
-// publishing everything from the table.
-func (a *app) runCDC(ctx context.Context, pool *pgxpool.Pool, r *relay.Relay, log *slog.Logger) <-chan struct{} {
+// r (its metrics on mon's /metrics), and returns a channel closed when it has ended (at
+// once without it). When it cannot go on (wal_level, a lost slot) it says so, and the
+// relay's polling goes on publishing everything from the table.
+func (a *app) runCDC(ctx context.Context, pool *pgxpool.Pool, r *relay.Relay, mon *monitor, log *slog.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	if a.cfg.Source != "cdc" {
 		close(done)
@@ -201,6 +202,7 @@ func (a *app) runCDC(ctx context.Context, pool *pgxpool.Pool, r *relay.Relay, lo
 		close(done)
 		return done
 	}
+	mon.reg.MustRegister(outboxprom.NewCDCCollector(src))
 	go func() {
 		defer close(done)
 		if err := src.Run(ctx); err != nil {
