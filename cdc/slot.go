@@ -137,3 +137,23 @@ func isSlotBusy(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55006"
 }
+
+// skipGap advances the slot to the server's current position past a stretch of WAL
+// pgoutput cannot decode (errPublicationGap): written while the publication did not
+// exist. In table mode nothing is lost: every event of the stretch is a row, pending
+// until published, and the next session's wake-up has the relay's polling publish it.
+// The slot may still be held by the walsender of the session that just ended: then the
+// next session meets the stretch again, and this runs again.
+func (s *Source) skipGap(ctx context.Context, cause error) {
+	var to string
+	err := s.pool.QueryRow(ctx, "SELECT end_lsn::text FROM pg_replication_slot_advance($1, pg_current_wal_lsn())", s.cfg.Slot).Scan(&to)
+	if err != nil {
+		s.log.WarnContext(ctx, "the slot's stream fails on WAL written without its publication; advancing the slot failed, retrying", slog.Any("error", err), slog.Any("cause", cause))
+		return
+	}
+	s.mu.Lock()
+	s.state.stats.GapsSkipped++
+	s.mu.Unlock()
+	s.log.WarnContext(ctx, "the slot was advanced past WAL written while its publication did not exist (dropped and created again): the relay's polling publishes the events of that stretch",
+		slog.String("advanced_to", to))
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +59,11 @@ var ErrSlotLost = errors.New("cdc: replication slot lost")
 // errSlotBusy: another reader holds the slot.
 var errSlotBusy = errors.New("cdc: replication slot is active for another reader")
 
+// errPublicationGap: the stream reached WAL written while the publication did not
+// exist (it was dropped and created again), which pgoutput cannot decode: it fails on it
+// on every start.
+var errPublicationGap = errors.New("cdc: the slot's WAL holds a stretch written while its publication did not exist")
+
 // Source reads the inserts into an outbox's events table from a logical replication
 // slot and has a relay publish them by seq. Create it with [New]; run it with
 // [Source.Run] beside the relay's [relay.Relay.Run].
@@ -107,6 +113,9 @@ type Stats struct {
 	// SlotCreated reports whether this Source created the slot; Streaming whether it
 	// reads from it now.
 	SlotCreated, Streaming bool
+	// Sessions counts the replication sessions started; GapsSkipped the times the slot
+	// was advanced past WAL written while its publication did not exist.
+	Sessions, GapsSkipped int64
 }
 
 // New returns a Source for the relay r, reading the slot of r's schema on the server of
@@ -188,6 +197,8 @@ func (s *Source) Run(ctx context.Context) error {
 			return err
 		case errors.Is(err, errSlotBusy):
 			s.log.InfoContext(ctx, "replication slot held by another reader: waiting", slog.Duration("retry_in", delay))
+		case errors.Is(err, errPublicationGap):
+			s.skipGap(ctx, err)
 		default:
 			s.log.WarnContext(ctx, "replication session ended", slog.Any("error", err), slog.Duration("retry_in", delay))
 		}
@@ -236,18 +247,17 @@ func (s *Source) session(ctx context.Context) error {
 	s.log.InfoContext(ctx, "change data capture started")
 	s.mu.Lock()
 	s.state.stats.Streaming = true
-	created := s.state.stats.SlotCreated
+	s.state.stats.Sessions++
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.state.stats.Streaming = false
 		s.mu.Unlock()
 	}()
-	if created {
-		// What committed while the slot was being created, before its consistent point,
-		// is not in its stream: the polling claims take it up now, not at their interval.
-		s.relay.Wake()
-	}
+	// What the stream will not bring is the polling claims' now, not at their interval:
+	// what committed while a new slot was being created (before its consistent point), a
+	// stretch the slot was advanced past, events a failed session left.
+	s.relay.Wake()
 
 	txns := make(chan *txn, 1024)
 	pctx, stop := context.WithCancel(ctx)
@@ -304,7 +314,11 @@ func (s *Source) read(ctx context.Context, conn *pgconn.PgConn, txns chan<- *txn
 		case *pgproto3.CopyData:
 			data = m.Data
 		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("cdc: replication stream: %w", pgconn.ErrorResponseToPgError(m))
+			err := pgconn.ErrorResponseToPgError(m)
+			if m.Code == "42704" && strings.Contains(m.Message, "publication") {
+				return fmt.Errorf("%w: %w", errPublicationGap, err)
+			}
+			return fmt.Errorf("cdc: replication stream: %w", err)
 		default:
 			continue
 		}
