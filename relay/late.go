@@ -84,8 +84,8 @@ func (b *batcher) settleLate(ctx context.Context, h heldRows) {
 				return err
 			}
 		}
-		o := out.outcomes
-		_, err := tx.Exec(ctx, b.q.settleLate, o.seqs, o.outcomes, o.errs, o.delaysMS, h.until, deletes(b.cfg.Retention.Mode))
+		l := lateSettle{Outcomes: out.outcomes, HeldUntil: h.until, Deletes: deletes(b.cfg.Retention.Mode)}
+		_, err := tx.Exec(ctx, b.q.settleLate.SQL, b.q.settleLate.Args(&l)...)
 		return err
 	})
 	switch {
@@ -114,4 +114,11 @@ func (b *batcher) settleLate(ctx context.Context, h heldRows) {
 			slog.String("aggregate_type", d.msg.AggregateType), slog.String("aggregate_id", d.msg.AggregateID),
 			slog.Int("attempt", d.msg.Attempt), slog.String("error", d.reason))
 	}
+}
+
+// lateSettle holds settle_late.sql's parameters, bound by name.
+type lateSettle struct {
+	Outcomes  rowOutcomes `sql:",inline"`
+	HeldUntil time.Time   `sql:"held_until"`
+	Deletes   bool        `sql:"deletes"`
 }

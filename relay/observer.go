@@ -66,9 +66,9 @@ func (b *batcher) observe(start time.Time, late bool, msgs []outbox.Message, s *
 	if obs == nil || len(msgs) == 0 {
 		return
 	}
-	bySeq := make(map[int64]outcome, len(s.outcomes.seqs))
-	for i, seq := range s.outcomes.seqs {
-		bySeq[seq] = outcome(s.outcomes.outcomes[i])
+	bySeq := make(map[int64]outcome, len(s.outcomes.Seqs))
+	for i, seq := range s.outcomes.Seqs {
+		bySeq[seq] = outcome(s.outcomes.Outcomes[i])
 	}
 	rep := BatchReport{Late: late, Events: make([]EventReport, 0, len(msgs))}
 	if !late {

@@ -268,7 +268,7 @@ func TestLateSettleWorkIsLinearInItsRows(t *testing.T) {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			for name, settings := range joins {
 				t.Run(fmt.Sprintf("delete=%v/%s/%s", deleting, mode, name), func(t *testing.T) {
-					plan, work := explainAnalyze(ctx, t, pool, append(settings, "SET LOCAL plan_cache_mode = "+mode), sqlq.Query("settle_late", quoted),
+					plan, work := explainAnalyze(ctx, t, pool, append(settings, "SET LOCAL plan_cache_mode = "+mode), sqlq.Bind[lateSettle]("settle_late", quoted).SQL,
 						"bigint[], text[], text[], bigint[], timestamptz, boolean", args+fmt.Sprint(deleting))
 					if limit := int64(rows + 20*held); work > limit {
 						t.Errorf("settling %d late rows of %d took %d row visits (limit %d); plan:\n%s", held, rows, work, limit, plan)

@@ -9,7 +9,10 @@ type queries struct {
 	claim, poisonCandidates    claimStatement    // claimQueries, poisonCandidateQueries
 	claimSeqs                  seqClaimStatement // seqClaimQueries (seqs.go)
 	probe                      sqlq.Statement[probeParams]
-	settle, settleLate         string // settleQueries
+	settle                     string // settleKeep's or settleDelete's, by the retention (settleArgs binds them)
+	settleKeep                 sqlq.Statement[rowOutcomes]
+	settleDelete               sqlq.Statement[deletedRows]
+	settleLate                 sqlq.Statement[lateSettle]
 	poisonTry                  string // poisonTryQueries
 	poisonPark, poisonBySize   string
 	fence, config              string
@@ -26,13 +29,13 @@ func deletes(m RetentionMode) bool { return m == DeleteOnPublish }
 
 // The claim of each mode and kind of claim (false: mark published, true: delete): it
 // marks (or deletes) what it claims as published; what the sink does not take is put
-// back by the settle statement of the same kind before the commit (ADR 0004).
+// back by the settle statement of the same kind (settle_keep.sql, settle_delete.sql)
+// before the commit (ADR 0004).
 var (
 	claimQueries = map[Mode]map[bool]string{
 		Ordered:   {false: "claim_ordered", true: "claim_ordered_delete"},
 		Unordered: {false: "claim_unordered", true: "claim_unordered_delete"},
 	}
-	settleQueries          = map[bool]string{false: "settle_keep", true: "settle_delete"}
 	poisonCandidateQueries = map[Mode]string{Ordered: "poison_candidates_ordered", Unordered: "poison_candidates_unordered"}
 	poisonTryQueries       = map[bool]string{false: "poison_try_keep", true: "poison_try_delete"}
 )
@@ -42,12 +45,18 @@ var (
 func newQueries(cfg *Config, quoted string) *queries {
 	q := func(name string) string { return sqlq.Query(name, quoted) }
 	del := deletes(cfg.Retention.Mode)
+	keep, deleted := sqlq.Bind[rowOutcomes]("settle_keep", quoted), sqlq.Bind[deletedRows]("settle_delete", quoted)
+	settle := keep.SQL
+	if del {
+		settle = deleted.SQL
+	}
 	return &queries{
 		claim:            bindClaim(cfg.Mode, claimQueries[cfg.Mode][del], quoted),
 		poisonCandidates: bindClaim(cfg.Mode, poisonCandidateQueries[cfg.Mode], quoted),
 		claimSeqs:        bindSeqClaim(cfg, quoted),
 		probe:            sqlq.Bind[probeParams]("probe", quoted),
-		settle:           q(settleQueries[del]), settleLate: q("settle_late"), poisonTry: q(poisonTryQueries[del]),
+		settle:           settle, settleKeep: keep, settleDelete: deleted, settleLate: sqlq.Bind[lateSettle]("settle_late", quoted),
+		poisonTry:  q(poisonTryQueries[del]),
 		poisonPark: q("poison_park"), poisonBySize: q("poison_by_size"),
 		fence: q("fence"), config: q("relay_config"),
 		purge:     sqlq.Bind[purgeParams]("purge", quoted),

@@ -32,24 +32,21 @@ const (
 	outcomeHeld outcome = "held"
 )
 
-// rowOutcomes are settle_keep.sql's parameters, one element per row: seq, outcome,
-// error (nil: keep the last one) and delay.
+// rowOutcomes are settle_keep.sql's parameters, bound by name, one element per row:
+// seq, outcome, error (nil: keep the last one) and delay.
 type rowOutcomes struct {
-	seqs     []int64
-	outcomes []string
-	errs     []*string
-	delaysMS []int64
+	Seqs     []int64   `sql:"seqs"`
+	Outcomes []string  `sql:"outcomes"`
+	Errors   []*string `sql:"errors"`
+	DelaysMS []int64   `sql:"delays_ms"`
 }
 
 func (r *rowOutcomes) add(seq int64, o outcome, err *string, delayMS int64) {
-	r.seqs = append(r.seqs, seq)
-	r.outcomes = append(r.outcomes, string(o))
-	r.errs = append(r.errs, err)
-	r.delaysMS = append(r.delaysMS, delayMS)
+	r.Seqs = append(r.Seqs, seq)
+	r.Outcomes = append(r.Outcomes, string(o))
+	r.Errors = append(r.Errors, err)
+	r.DelaysMS = append(r.DelaysMS, delayMS)
 }
-
-// args are the parameters of settle_keep.sql, in its order.
-func (r *rowOutcomes) args() []any { return []any{r.seqs, r.outcomes, r.errs, r.delaysMS} }
 
 // claimedRow is what delete-on-publish keeps of a claimed row, beyond its message, to
 // put it back whole when it is not published (settle_delete.sql needs every column).
@@ -63,44 +60,45 @@ type claimedRow struct {
 	payloadJSON bool // the payload is JSON (the payload column), not bytes (payload_bytes)
 }
 
-// deletedRows are settle_delete.sql's parameters: every column of each row as it was
-// claimed, then its outcome.
+// deletedRows are settle_delete.sql's parameters, bound by name: every column of each
+// row as it was claimed (the seqs are the outcomes'), then its outcome.
 type deletedRows struct {
-	seqs, versions                                              []int64
-	ids                                                         [][16]byte
-	aggTypes, aggIDs, eventTypes, topics, headers, contentTypes []string
-	schemaVersions, attempts                                    []int32
-	payloads                                                    [][]byte
-	traceParents, lastErrors                                    []*string
-	payloadJSON                                                 []bool
-	createdAt, availableAt                                      []time.Time
-	outcomes                                                    rowOutcomes
+	IDs            [][16]byte  `sql:"ids"`
+	AggTypes       []string    `sql:"aggregate_types"`
+	AggIDs         []string    `sql:"aggregate_ids"`
+	Versions       []int64     `sql:"aggregate_versions"`
+	EventTypes     []string    `sql:"event_types"`
+	SchemaVersions []int32     `sql:"schema_versions"`
+	Topics         []string    `sql:"topics"`
+	Headers        []string    `sql:"headers"`
+	ContentTypes   []string    `sql:"content_types"`
+	Payloads       [][]byte    `sql:"payloads"`
+	TraceParents   []*string   `sql:"trace_parents"`
+	PayloadJSON    []bool      `sql:"payload_is_json"`
+	CreatedAt      []time.Time `sql:"created_at"`
+	AvailableAt    []time.Time `sql:"available_at"`
+	Attempts       []int32     `sql:"attempts"`
+	LastErrors     []*string   `sql:"last_errors"`
+	Outcomes       rowOutcomes `sql:",inline"`
 }
 
-func (d *deletedRows) add(m outbox.Message, c claimedRow) {
-	d.seqs, d.ids, d.aggTypes, d.aggIDs = append(d.seqs, m.Seq), append(d.ids, m.ID), append(d.aggTypes, m.AggregateType), append(d.aggIDs, m.AggregateID)
-	d.versions, d.eventTypes = append(d.versions, m.AggregateVersion), append(d.eventTypes, m.EventType)
-	d.schemaVersions = append(d.schemaVersions, int32(m.SchemaVersion)) //nolint:gosec // from an int column
-	d.topics, d.headers, d.contentTypes = append(d.topics, m.Topic), append(d.headers, string(c.headers)), append(d.contentTypes, m.ContentType)
-	d.payloads, d.traceParents, d.payloadJSON = append(d.payloads, m.Payload), append(d.traceParents, c.traceParent), append(d.payloadJSON, c.payloadJSON)
-	d.createdAt, d.availableAt = append(d.createdAt, m.CreatedAt), append(d.availableAt, c.availableAt)
-	d.attempts, d.lastErrors = append(d.attempts, int32(c.attempts)), append(d.lastErrors, c.lastError) //nolint:gosec // from an int column
+// add adds m, claimed as c, with its outcome.
+func (d *deletedRows) add(m outbox.Message, c claimedRow, o outcome, err *string, delayMS int64) {
+	d.IDs, d.AggTypes, d.AggIDs = append(d.IDs, m.ID), append(d.AggTypes, m.AggregateType), append(d.AggIDs, m.AggregateID)
+	d.Versions, d.EventTypes = append(d.Versions, m.AggregateVersion), append(d.EventTypes, m.EventType)
+	d.SchemaVersions = append(d.SchemaVersions, int32(m.SchemaVersion)) //nolint:gosec // from an int column
+	d.Topics, d.Headers, d.ContentTypes = append(d.Topics, m.Topic), append(d.Headers, string(c.headers)), append(d.ContentTypes, m.ContentType)
+	d.Payloads, d.TraceParents, d.PayloadJSON = append(d.Payloads, m.Payload), append(d.TraceParents, c.traceParent), append(d.PayloadJSON, c.payloadJSON)
+	d.CreatedAt, d.AvailableAt = append(d.CreatedAt, m.CreatedAt), append(d.AvailableAt, c.availableAt)
+	d.Attempts, d.LastErrors = append(d.Attempts, int32(c.attempts)), append(d.LastErrors, c.lastError) //nolint:gosec // from an int column
+	d.Outcomes.add(m.Seq, o, err, delayMS)
 }
 
-// args are the parameters of settle_delete.sql, in its order.
-func (d *deletedRows) args() []any {
-	return []any{
-		d.seqs, d.ids, d.aggTypes, d.aggIDs, d.versions, d.eventTypes, d.schemaVersions, d.topics, d.headers, d.contentTypes,
-		d.payloads, d.traceParents, d.payloadJSON, d.createdAt, d.availableAt, d.attempts, d.lastErrors,
-		d.outcomes.outcomes, d.outcomes.errs, d.outcomes.delaysMS,
-	}
-}
-
-// settleArgs returns the arguments of the settle statement that puts back, in the claim
-// transaction, every row of a batch whose message was not published (the claim marked,
-// or deleted, them all as published), or nil when there is none. Each goes back with
-// its outcome; a row classify said nothing of (never sent, skipped, an outage) goes back
-// untouched.
+// settleArgs returns the arguments of the settle statement (settle_keep.sql or
+// settle_delete.sql, b.q.settle) that puts back, in the claim transaction, every row of
+// a batch whose message was not published (the claim marked, or deleted, them all as
+// published), or nil when there is none. Each goes back with its outcome; a row classify
+// said nothing of (never sent, skipped, an outage) goes back untouched.
 func (b *batcher) settleArgs(c claimedBatch, out settlement) []any {
 	if out.published == len(c.msgs) && len(c.bad) == 0 && len(c.skipped) == 0 {
 		return nil // the usual batch: everything went out
@@ -111,9 +109,9 @@ func (b *batcher) settleArgs(c claimedBatch, out settlement) []any {
 		delayMS int64
 	}
 	o := out.outcomes
-	settled := make(map[int64]decided, len(o.seqs))
-	for i, seq := range o.seqs {
-		settled[seq] = decided{outcome(o.outcomes[i]), o.errs[i], o.delaysMS[i]}
+	settled := make(map[int64]decided, len(o.Seqs))
+	for i, seq := range o.Seqs {
+		settled[seq] = decided{outcome(o.Outcomes[i]), o.Errors[i], o.DelaysMS[i]}
 	}
 	var back rowOutcomes
 	var deleted deletedRows
@@ -134,14 +132,13 @@ func (b *batcher) settleArgs(c claimedBatch, out settlement) []any {
 		if !ok {
 			panic(fmt.Sprintf("relay: no claimed row for event seq %d", m.Seq)) // every message came from a claimed row
 		}
-		deleted.add(m, c.rows[j])
-		deleted.outcomes.add(m.Seq, d.o, d.err, d.delayMS)
+		deleted.add(m, c.rows[j], d.o, d.err, d.delayMS)
 	}
 	switch {
-	case del && len(deleted.seqs) > 0:
-		return deleted.args()
-	case !del && len(back.seqs) > 0:
-		return back.args()
+	case del && len(deleted.Outcomes.Seqs) > 0:
+		return b.q.settleDelete.Args(&deleted)
+	case !del && len(back.Seqs) > 0:
+		return b.q.settleKeep.Args(&back)
 	}
 	return nil
 }

@@ -2,11 +2,12 @@
 -- (claim_ordered_delete.sql, claim_unordered_delete.sql) deleted whose
 -- messages were not published, in the same transaction: same seq (OVERRIDING SYSTEM
 -- VALUE), same id, every column as it was, with the outcome applied as settle_keep.sql
--- does. $1 seq, $2 id, $3 aggregate_type, $4 aggregate_id, $5 aggregate_version (0:
--- NULL), $6 event_type, $7 schema_version, $8 topic ('': NULL), $9 headers (JSON text),
--- $10 content_type, $11 payload as bytes, $12 trace_parent, $13 whether the payload is
--- JSON, $14 created_at, $15 available_at, $16 attempts before the claim, $17 last_error,
--- all as claimed; $18 outcome, $19 error, $20 delay in ms.
+-- does. Parameters, by name (relay/settle.go's deletedRows), one element per row, as
+-- claimed: @seqs, @ids, @aggregate_types, @aggregate_ids, @aggregate_versions (0: NULL),
+-- @event_types, @schema_versions, @topics ('': NULL), @headers (JSON text),
+-- @content_types, @payloads (bytes), @trace_parents, @payload_is_json, @created_at,
+-- @available_at, @attempts (before the claim), @last_errors; then settle_keep.sql's
+-- @outcomes, @errors and @delays_ms.
 INSERT INTO {{schema}}.events (
     seq, id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
     topic, headers, content_type, payload, payload_bytes, trace_parent, created_at,
@@ -22,9 +23,11 @@ SELECT u.seq, u.id, u.aggregate_type, u.aggregate_id, nullif(u.aggregate_version
        CASE WHEN u.outcome IN ('untouched', 'deferred', 'held') THEN u.attempts ELSE u.attempts + 1 END,
        coalesce(u.error, u.last_error),
        CASE WHEN u.outcome = 'dead' THEN now() END
-FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::int[],
-            $8::text[], $9::text[], $10::text[], $11::bytea[], $12::text[], $13::bool[], $14::timestamptz[],
-            $15::timestamptz[], $16::int[], $17::text[], $18::text[], $19::text[], $20::bigint[])
+FROM unnest(@seqs::bigint[], @ids::uuid[], @aggregate_types::text[], @aggregate_ids::text[],
+            @aggregate_versions::bigint[], @event_types::text[], @schema_versions::int[], @topics::text[],
+            @headers::text[], @content_types::text[], @payloads::bytea[], @trace_parents::text[],
+            @payload_is_json::bool[], @created_at::timestamptz[], @available_at::timestamptz[], @attempts::int[],
+            @last_errors::text[], @outcomes::text[], @errors::text[], @delays_ms::bigint[])
      AS u(seq, id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
           topic, headers, content_type, payload, trace_parent, payload_is_json, created_at,
           available_at, attempts, last_error, outcome, error, delay_ms)
