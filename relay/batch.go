@@ -342,7 +342,7 @@ func (b *batcher) commit(ctx context.Context, tx *batchTx, back []any, parts []i
 			batch.Queue("SAVEPOINT outbox_settle")
 		}
 		if b.cfg.Mode == Ordered {
-			batch.Queue(b.q.fence, b.owner, parts, epochs)
+			batch.Queue(b.q.fence.SQL, b.q.fence.Args(&fenceParams{Owner: b.owner, Partitions: parts, Epochs: epochs})...)
 		}
 		if back != nil {
 			batch.Queue(b.q.settle, back...)

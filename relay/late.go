@@ -80,7 +80,7 @@ func (b *batcher) settleLate(ctx context.Context, h heldRows) {
 			}
 		}
 		if b.cfg.Mode == Ordered {
-			if _, err := tx.Exec(ctx, b.q.fence, b.owner, h.parts, h.epochs); err != nil {
+			if _, err := tx.Exec(ctx, b.q.fence.SQL, b.q.fence.Args(&fenceParams{Owner: b.owner, Partitions: h.parts, Epochs: h.epochs})...); err != nil {
 				return err
 			}
 		}

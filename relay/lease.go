@@ -134,7 +134,7 @@ func (k *leaseKeeper) valid(parts []int, epochs []int64, now time.Time) bool {
 func (k *leaseKeeper) run(ctx context.Context) {
 	if k.cfg.Mode == Ordered {
 		initCtx, cancel := context.WithTimeout(ctx, k.interval())
-		if _, err := k.pool.Exec(initCtx, k.q.leaseInit, k.cfg.Partitions); err != nil && ctx.Err() == nil {
+		if _, err := k.pool.Exec(initCtx, k.q.leaseInit.SQL, k.q.leaseInit.Args(&leaseInitParams{Partitions: k.cfg.Partitions})...); err != nil && ctx.Err() == nil {
 			k.log.WarnContext(ctx, "create lease rows", slog.Any("error", err))
 		}
 		cancel()
@@ -184,8 +184,11 @@ func (k *leaseKeeper) round(ctx context.Context) time.Duration {
 			openForMS = &ms
 		}
 	}
-	if err := k.pool.QueryRow(ctx, k.q.leaseBeat, k.owner, ttl.Milliseconds(), parts, epochs, k.channel,
-		openForMS, k.stats.published.Load(), k.stats.dead.Load(), k.stats.breakerOpens.Load()).Scan(&members, &renewedList, &notified); err != nil {
+	beat := beatParams{
+		Owner: k.owner, TTLMS: ttl.Milliseconds(), Partitions: parts, Epochs: epochs, Channel: k.channel,
+		BreakerOpenMS: openForMS, Published: k.stats.published.Load(), Dead: k.stats.dead.Load(), BreakerOpens: k.stats.breakerOpens.Load(),
+	}
+	if err := k.pool.QueryRow(ctx, k.q.leaseBeat.SQL, k.q.leaseBeat.Args(&beat)...).Scan(&members, &renewedList, &notified); err != nil {
 		return fail("relay heartbeat", err)
 	}
 	if old := k.members.Swap(int32(members)); old != int32(members) {
@@ -219,7 +222,7 @@ func (k *leaseKeeper) round(ctx context.Context) time.Duration {
 	}
 	// Still short of our share: come back when the next foreign lease expires.
 	var next *int64
-	if err := k.pool.QueryRow(ctx, k.q.leaseNextExpiry, k.owner).Scan(&next); err != nil {
+	if err := k.pool.QueryRow(ctx, k.q.leaseNextExpiry.SQL, k.q.leaseNextExpiry.Args(&ownerParams{Owner: k.owner})...).Scan(&next); err != nil {
 		return fail("next lease expiry", err)
 	}
 	if next != nil {
@@ -320,7 +323,7 @@ func (k *leaseKeeper) giveBack(target int) (release []int, kept bool) {
 
 func (k *leaseKeeper) acquire(ctx context.Context, need int) error {
 	sent := time.Now()
-	rows, err := k.pool.Query(ctx, k.q.leaseAcquire, k.owner, need, k.cfg.LeaseTTL.Milliseconds())
+	rows, err := k.pool.Query(ctx, k.q.leaseAcquire.SQL, k.q.leaseAcquire.Args(&acquireParams{Owner: k.owner, Need: need, TTLMS: k.cfg.LeaseTTL.Milliseconds()})...)
 	if err != nil {
 		return err
 	}
@@ -358,7 +361,8 @@ func (k *leaseKeeper) acquire(ctx context.Context, need int) error {
 func (k *leaseKeeper) release(ctx context.Context, parts []int, leave bool) error {
 	var n int
 	var notified any
-	if err := k.pool.QueryRow(ctx, k.q.leaseRelease, k.owner, parts, leave, k.channel).Scan(&n, &notified); err != nil {
+	rel := releaseParams{Owner: k.owner, Partitions: parts, Leave: leave, Channel: k.channel}
+	if err := k.pool.QueryRow(ctx, k.q.leaseRelease.SQL, k.q.leaseRelease.Args(&rel)...).Scan(&n, &notified); err != nil {
 		return fmt.Errorf("release leases %v: %w", parts, err)
 	}
 	k.stats.leasesReleased.Add(int64(n))
@@ -392,3 +396,46 @@ func (k *leaseKeeper) releaseAll() {
 		k.log.WarnContext(ctx, "release leases on shutdown", slog.Any("error", err))
 	}
 }
+
+// The parameters of the lease statements (lease_*.sql, fence.sql), bound by name.
+type (
+	// leaseInitParams: lease_init.sql's.
+	leaseInitParams struct {
+		Partitions int `sql:"partitions"`
+	}
+	// beatParams: lease_beat.sql's.
+	beatParams struct {
+		Owner         string  `sql:"owner"`
+		TTLMS         int64   `sql:"ttl_ms"`
+		Partitions    []int   `sql:"partitions"`
+		Epochs        []int64 `sql:"epochs"`
+		Channel       string  `sql:"channel"`
+		BreakerOpenMS *int64  `sql:"breaker_open_ms"`
+		Published     int64   `sql:"published"`
+		Dead          int64   `sql:"dead"`
+		BreakerOpens  int64   `sql:"breaker_opens"`
+	}
+	// acquireParams: lease_acquire.sql's.
+	acquireParams struct {
+		Owner string `sql:"owner"`
+		Need  int    `sql:"need"`
+		TTLMS int64  `sql:"ttl_ms"`
+	}
+	// releaseParams: lease_release.sql's.
+	releaseParams struct {
+		Owner      string `sql:"owner"`
+		Partitions []int  `sql:"partitions"`
+		Leave      bool   `sql:"leave"`
+		Channel    string `sql:"channel"`
+	}
+	// ownerParams: lease_next_expiry.sql's.
+	ownerParams struct {
+		Owner string `sql:"owner"`
+	}
+	// fenceParams: fence.sql's: a batch's leases, checked at its commit.
+	fenceParams struct {
+		Owner      string  `sql:"owner"`
+		Partitions []int   `sql:"partitions"`
+		Epochs     []int64 `sql:"epochs"`
+	}
+)

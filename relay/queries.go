@@ -6,22 +6,25 @@ import "github.com/outboxkit/outbox/internal/sqlq"
 // internal/sqlq/queries; where the file depends on the mode and the retention, the
 // tables below say which.
 type queries struct {
-	claim, poisonCandidates    claimStatement    // claimQueries, poisonCandidateQueries
-	claimSeqs                  seqClaimStatement // seqClaimQueries (seqs.go)
-	probe                      sqlq.Statement[probeParams]
-	settle                     string // settleKeep's or settleDelete's, by the retention (settleArgs binds them)
-	settleKeep                 sqlq.Statement[rowOutcomes]
-	settleDelete               sqlq.Statement[deletedRows]
-	settleLate                 sqlq.Statement[lateSettle]
-	poisonTry                  string // poisonTryQueries
-	poisonPark, poisonBySize   string
-	fence, config              string
-	purge                      sqlq.Statement[purgeParams]
-	purgeNext                  sqlq.Statement[purgeNextParams]
-	purgeLock                  sqlq.Statement[purgeLockParams]
-	leaseInit, leaseBeat       string
-	leaseAcquire, leaseRelease string
-	leaseNextExpiry            string
+	claim, poisonCandidates  claimStatement    // claimQueries, poisonCandidateQueries
+	claimSeqs                seqClaimStatement // seqClaimQueries (seqs.go)
+	probe                    sqlq.Statement[probeParams]
+	settle                   string // settleKeep's or settleDelete's, by the retention (settleArgs binds them)
+	settleKeep               sqlq.Statement[rowOutcomes]
+	settleDelete             sqlq.Statement[deletedRows]
+	settleLate               sqlq.Statement[lateSettle]
+	poisonTry                string // poisonTryQueries
+	poisonPark, poisonBySize string
+	fence                    sqlq.Statement[fenceParams]
+	config                   string
+	purge                    sqlq.Statement[purgeParams]
+	purgeNext                sqlq.Statement[purgeNextParams]
+	purgeLock                sqlq.Statement[purgeLockParams]
+	leaseInit                sqlq.Statement[leaseInitParams]
+	leaseBeat                sqlq.Statement[beatParams]
+	leaseAcquire             sqlq.Statement[acquireParams]
+	leaseRelease             sqlq.Statement[releaseParams]
+	leaseNextExpiry          sqlq.Statement[ownerParams]
 }
 
 // deletes reports whether the claims of a retention mode delete what they claim.
@@ -58,11 +61,14 @@ func newQueries(cfg *Config, quoted string) *queries {
 		settle:           settle, settleKeep: keep, settleDelete: deleted, settleLate: sqlq.Bind[lateSettle]("settle_late", quoted),
 		poisonTry:  q(poisonTryQueries[del]),
 		poisonPark: q("poison_park"), poisonBySize: q("poison_by_size"),
-		fence: q("fence"), config: q("relay_config"),
-		purge:     sqlq.Bind[purgeParams]("purge", quoted),
-		purgeNext: sqlq.Bind[purgeNextParams]("purge_next", quoted),
-		purgeLock: sqlq.Bind[purgeLockParams]("purge_lock", quoted),
-		leaseInit: q("lease_init"), leaseBeat: q("lease_beat"),
-		leaseAcquire: q("lease_acquire"), leaseRelease: q("lease_release"), leaseNextExpiry: q("lease_next_expiry"),
+		fence: sqlq.Bind[fenceParams]("fence", quoted), config: q("relay_config"),
+		purge:           sqlq.Bind[purgeParams]("purge", quoted),
+		purgeNext:       sqlq.Bind[purgeNextParams]("purge_next", quoted),
+		purgeLock:       sqlq.Bind[purgeLockParams]("purge_lock", quoted),
+		leaseInit:       sqlq.Bind[leaseInitParams]("lease_init", quoted),
+		leaseBeat:       sqlq.Bind[beatParams]("lease_beat", quoted),
+		leaseAcquire:    sqlq.Bind[acquireParams]("lease_acquire", quoted),
+		leaseRelease:    sqlq.Bind[releaseParams]("lease_release", quoted),
+		leaseNextExpiry: sqlq.Bind[ownerParams]("lease_next_expiry", quoted),
 	}
 }

@@ -103,7 +103,7 @@ func TestBindRefusesAMismatch(t *testing.T) {
 		"an untagged embedded struct": func() { Bind[embedded]("enqueue_conflicts", `"outbox"`) },
 		"a name twice, once inlined":  func() { Bind[twice]("enqueue_conflicts", `"outbox"`) },
 		"an inlined scalar":           func() { Bind[inlineScalar]("enqueue_conflicts", `"outbox"`) },
-		"a positional query":          func() { Bind[enqueueConflictsParams]("lease_beat", `"outbox"`) },
+		"a positional query":          func() { Bind[enqueueConflictsParams]("poison_park", `"outbox"`) },
 	} {
 		func() {
 			defer func() {

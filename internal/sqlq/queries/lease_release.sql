@@ -1,11 +1,12 @@
--- lease_release: give back leases ($2 partitions) held by relay $1, so another relay can
--- take them at once, and wake the other relays. With $3, also leave the membership.
+-- lease_release: give back leases (@partitions) held by relay @owner, so another relay
+-- can take them at once, and wake the other relays on @channel. With @leave, also leave
+-- the membership (relay/lease.go's releaseParams).
 WITH released AS (
     UPDATE {{schema}}.leases
     SET owner = NULL, expires_at = '-infinity'
-    WHERE owner = $1 AND partition = ANY($2::int[])
+    WHERE owner = @owner AND partition = ANY(@partitions::int[])
     RETURNING partition
 ), leave AS (
-    DELETE FROM {{schema}}.relay_members WHERE $3::boolean AND owner = $1
+    DELETE FROM {{schema}}.relay_members WHERE @leave::boolean AND owner = @owner
 )
-SELECT count(*), pg_notify($4, 'lease') FROM released
+SELECT count(*), pg_notify(@channel, 'lease') FROM released
