@@ -84,7 +84,7 @@ type NotifierConfig struct {
 type Notifier struct {
 	db          Execer
 	channel     string
-	notifySQL   string
+	notify      sqlq.Statement[sqlq.NotifyParams]
 	minInterval time.Duration
 	log         *slog.Logger
 
@@ -108,7 +108,7 @@ func NewNotifier(db Execer, cfg *NotifierConfig) (*Notifier, error) {
 	if cfg.Schema != "" {
 		schema = cfg.Schema
 	}
-	quoted, err := sqlq.QuoteSchema(schema)
+	_, err := sqlq.QuoteSchema(schema) // validated: it names the channel
 	if err != nil {
 		return nil, fmt.Errorf("NotifierConfig.Schema: %w", err)
 	}
@@ -126,7 +126,7 @@ func NewNotifier(db Execer, cfg *NotifierConfig) (*Notifier, error) {
 	n := &Notifier{
 		db:          db,
 		channel:     WakeupChannel(schema),
-		notifySQL:   sqlq.Query("notify", quoted),
+		notify:      sqlq.Bind[sqlq.NotifyParams]("notify", ""),
 		minInterval: minInterval,
 		log:         log,
 		requests:    make(chan struct{}, 1),
@@ -223,7 +223,7 @@ func (n *Notifier) flush(failing *bool) {
 func (n *Notifier) send(failing *bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
-	_, err := n.db.Exec(ctx, n.notifySQL, n.channel, "")
+	_, err := n.db.Exec(ctx, n.notify.SQL, n.notify.Args(&sqlq.NotifyParams{Channel: n.channel})...)
 	if err != nil {
 		n.stats.failed.Add(1)
 	} else {

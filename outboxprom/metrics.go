@@ -37,8 +37,8 @@ type Metrics struct {
 
 	mu           sync.Mutex
 	relay        *relay.Relay
-	gaugesSQL    string // metrics_gauges.sql
-	summarySQL   string // status_summary.sql
+	gauges       sqlq.Statement[gaugeParams] // metrics_gauges.sql
+	summarySQL   string                      // status_summary.sql
 	db           dbGauges
 	dbAt         time.Time // when db was read; zero: never
 	dbErr        error
@@ -93,7 +93,7 @@ func (m *Metrics) Watch(r *relay.Relay) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.relay, m.gaugesSQL, m.summarySQL = r, sqlq.Query("metrics_gauges", quoted), sqlq.Query("status_summary", quoted)
+	m.relay, m.gauges, m.summarySQL = r, sqlq.Bind[gaugeParams]("metrics_gauges", quoted), sqlq.Query("status_summary", quoted)
 }
 
 // BatchSettled implements [relay.Observer].
@@ -190,11 +190,11 @@ func (m *Metrics) refresh(ctx context.Context) {
 func (m *Metrics) read(ctx context.Context) (dbGauges, error) {
 	var g dbGauges
 	m.mu.Lock()
-	r, gaugesSQL, summarySQL := m.relay, m.gaugesSQL, m.summarySQL
+	r, gauges, summarySQL := m.relay, m.gauges, m.summarySQL
 	m.mu.Unlock()
 	cfg := r.Config()
 	b := &pgx.Batch{}
-	b.Queue(gaugesSQL, r.Owner(), string(cfg.Mode), cfg.Partitions, cfg.BatchTimeout+10*time.Second)
+	b.Queue(gauges.SQL, gauges.Args(&gaugeParams{Owner: r.Owner(), Mode: string(cfg.Mode), Partitions: cfg.Partitions, InFlight: cfg.BatchTimeout + 10*time.Second})...)
 	b.Queue(summarySQL)
 	br := m.pool.SendBatch(ctx, b)
 	defer func() { _ = br.Close() }()
@@ -212,4 +212,12 @@ func (m *Metrics) read(ctx context.Context) (dbGauges, error) {
 		g.OldestPendingSeconds = max(0, now.Sub(*oldest).Seconds())
 	}
 	return g, nil
+}
+
+// gaugeParams holds metrics_gauges.sql's parameters, bound by name.
+type gaugeParams struct {
+	Owner      string        `sql:"owner"`
+	Mode       string        `sql:"mode"`
+	Partitions int           `sql:"partitions"`
+	InFlight   time.Duration `sql:"in_flight"`
 }

@@ -64,7 +64,7 @@ type listener struct {
 	pool      *pgxpool.Pool
 	channel   string
 	listenSQL string
-	notifySQL string
+	notify    sqlq.Statement[sqlq.NotifyParams]
 	wake      func()               // after every (re)connect: anything may have been missed
 	notified  func(payload string) // for every notification
 	log       *slog.Logger
@@ -94,7 +94,7 @@ func newListener(pool *pgxpool.Pool, schema string, wake func(), notified func(p
 		// LISTEN takes an identifier, not a parameter; the channel is made of the
 		// validated schema name and is quoted anyway.
 		listenSQL:       "LISTEN " + pgx.Identifier{channel}.Sanitize(),
-		notifySQL:       sqlq.Query("notify", ""), // names no schema
+		notify:          sqlq.Bind[sqlq.NotifyParams]("notify", ""),
 		wake:            wake,
 		notified:        notified,
 		log:             log.With(slog.String("channel", channel)),
@@ -103,7 +103,7 @@ func newListener(pool *pgxpool.Pool, schema string, wake func(), notified func(p
 		maxBackoff:      listenerMaxBackoff,
 	}
 	l.selfTestNotify = func(ctx context.Context, payload string) error {
-		_, err := l.pool.Exec(ctx, l.notifySQL, l.channel, payload)
+		_, err := l.pool.Exec(ctx, l.notify.SQL, l.notify.Args(&sqlq.NotifyParams{Channel: l.channel, Payload: payload})...)
 		return err
 	}
 	return l

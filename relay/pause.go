@@ -280,7 +280,8 @@ func Resume(ctx context.Context, pool *pgxpool.Pool, r PauseRequest) (Paused, er
 	if len(found) == 0 {
 		return Paused{}, fmt.Errorf("resume %s: %w", r.Scope, ErrNotPaused)
 	}
-	if _, err := pool.Exec(ctx, sqlq.Query("notify", quoted), outbox.WakeupChannel(cmp.Or(r.Schema, sqlq.DefaultSchema)), ""); err != nil {
+	notify := sqlq.Bind[sqlq.NotifyParams]("notify", "")
+	if _, err := pool.Exec(ctx, notify.SQL, notify.Args(&sqlq.NotifyParams{Channel: outbox.WakeupChannel(cmp.Or(r.Schema, sqlq.DefaultSchema))})...); err != nil {
 		return found[0], fmt.Errorf("resume %s: %w (they claim at their next poll): %w", r.Scope, ErrNotWoken, err)
 	}
 	return found[0], nil

@@ -76,7 +76,8 @@ func (b *batcher) isolatePoison(ctx context.Context, conn *pgx.Conn, scope claim
 	if err != nil || seq == 0 {
 		return false, err
 	}
-	tag, err := conn.Exec(ctx, b.q.poisonPark, seq, truncate("unreadable row: every claim including it fails: "+reason))
+	park := poisonParkParams{Seq: seq, Reason: truncate("unreadable row: every claim including it fails: " + reason)}
+	tag, err := conn.Exec(ctx, b.q.poisonPark.SQL, b.q.poisonPark.Args(&park)...)
 	if err != nil {
 		return false, fmt.Errorf("park the row that fails every claim (seq %d): %w", seq, err)
 	}
@@ -97,7 +98,7 @@ func (b *batcher) isolatePoison(ctx context.Context, conn *pgx.Conn, scope claim
 func (b *batcher) findPoison(ctx context.Context, conn *pgx.Conn, candidates []int64) (seq int64, reason string, err error) {
 	try := func(seqs []int64) (failure error, err error) {
 		err = rolledBack(ctx, conn, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, b.q.poisonTry, seqs)
+			rows, err := tx.Query(ctx, b.q.poisonTry.SQL, b.q.poisonTry.Args(&seqsParams{Seqs: seqs})...)
 			if err != nil {
 				return err
 			}
@@ -109,7 +110,7 @@ func (b *batcher) findPoison(ctx context.Context, conn *pgx.Conn, candidates []i
 		}
 		return nil, err
 	}
-	rows, err := conn.Query(ctx, b.q.poisonBySize, candidates)
+	rows, err := conn.Query(ctx, b.q.poisonBySize.SQL, b.q.poisonBySize.Args(&seqsParams{Seqs: candidates})...)
 	if err != nil {
 		return 0, "", fmt.Errorf("order the rows of a failed claim by size: %w", err)
 	}
@@ -246,4 +247,15 @@ func errorText(err error) string {
 		return err.Error() + ": " + pgErr.Detail
 	}
 	return err.Error()
+}
+
+// seqsParams holds the parameter of poison_try_*.sql and poison_by_size.sql: rows by seq.
+type seqsParams struct {
+	Seqs []int64 `sql:"seqs"`
+}
+
+// poisonParkParams holds poison_park.sql's parameters.
+type poisonParkParams struct {
+	Seq    int64  `sql:"seq"`
+	Reason string `sql:"reason"`
 }

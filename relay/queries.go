@@ -6,25 +6,26 @@ import "github.com/outboxkit/outbox/internal/sqlq"
 // internal/sqlq/queries; where the file depends on the mode and the retention, the
 // tables below say which.
 type queries struct {
-	claim, poisonCandidates  claimStatement    // claimQueries, poisonCandidateQueries
-	claimSeqs                seqClaimStatement // seqClaimQueries (seqs.go)
-	probe                    sqlq.Statement[probeParams]
-	settle                   string // settleKeep's or settleDelete's, by the retention (settleArgs binds them)
-	settleKeep               sqlq.Statement[rowOutcomes]
-	settleDelete             sqlq.Statement[deletedRows]
-	settleLate               sqlq.Statement[lateSettle]
-	poisonTry                string // poisonTryQueries
-	poisonPark, poisonBySize string
-	fence                    sqlq.Statement[fenceParams]
-	config                   string
-	purge                    sqlq.Statement[purgeParams]
-	purgeNext                sqlq.Statement[purgeNextParams]
-	purgeLock                sqlq.Statement[purgeLockParams]
-	leaseInit                sqlq.Statement[leaseInitParams]
-	leaseBeat                sqlq.Statement[beatParams]
-	leaseAcquire             sqlq.Statement[acquireParams]
-	leaseRelease             sqlq.Statement[releaseParams]
-	leaseNextExpiry          sqlq.Statement[ownerParams]
+	claim, poisonCandidates claimStatement    // claimQueries, poisonCandidateQueries
+	claimSeqs               seqClaimStatement // seqClaimQueries (seqs.go)
+	probe                   sqlq.Statement[probeParams]
+	settle                  string // settleKeep's or settleDelete's, by the retention (settleArgs binds them)
+	settleKeep              sqlq.Statement[rowOutcomes]
+	settleDelete            sqlq.Statement[deletedRows]
+	settleLate              sqlq.Statement[lateSettle]
+	poisonTry               sqlq.Statement[seqsParams] // poisonTryQueries
+	poisonPark              sqlq.Statement[poisonParkParams]
+	poisonBySize            sqlq.Statement[seqsParams]
+	fence                   sqlq.Statement[fenceParams]
+	config                  sqlq.Statement[configParams]
+	purge                   sqlq.Statement[purgeParams]
+	purgeNext               sqlq.Statement[purgeNextParams]
+	purgeLock               sqlq.Statement[purgeLockParams]
+	leaseInit               sqlq.Statement[leaseInitParams]
+	leaseBeat               sqlq.Statement[beatParams]
+	leaseAcquire            sqlq.Statement[acquireParams]
+	leaseRelease            sqlq.Statement[releaseParams]
+	leaseNextExpiry         sqlq.Statement[ownerParams]
 }
 
 // deletes reports whether the claims of a retention mode delete what they claim.
@@ -46,7 +47,6 @@ var (
 // newQueries renders the relay's queries for cfg (defaults filled in) and quoted, its
 // schema quoted.
 func newQueries(cfg *Config, quoted string) *queries {
-	q := func(name string) string { return sqlq.Query(name, quoted) }
 	del := deletes(cfg.Retention.Mode)
 	keep, deleted := sqlq.Bind[rowOutcomes]("settle_keep", quoted), sqlq.Bind[deletedRows]("settle_delete", quoted)
 	settle := keep.SQL
@@ -58,17 +58,22 @@ func newQueries(cfg *Config, quoted string) *queries {
 		poisonCandidates: bindClaim(cfg.Mode, poisonCandidateQueries[cfg.Mode], quoted),
 		claimSeqs:        bindSeqClaim(cfg, quoted),
 		probe:            sqlq.Bind[probeParams]("probe", quoted),
-		settle:           settle, settleKeep: keep, settleDelete: deleted, settleLate: sqlq.Bind[lateSettle]("settle_late", quoted),
-		poisonTry:  q(poisonTryQueries[del]),
-		poisonPark: q("poison_park"), poisonBySize: q("poison_by_size"),
-		fence: sqlq.Bind[fenceParams]("fence", quoted), config: q("relay_config"),
-		purge:           sqlq.Bind[purgeParams]("purge", quoted),
-		purgeNext:       sqlq.Bind[purgeNextParams]("purge_next", quoted),
-		purgeLock:       sqlq.Bind[purgeLockParams]("purge_lock", quoted),
-		leaseInit:       sqlq.Bind[leaseInitParams]("lease_init", quoted),
-		leaseBeat:       sqlq.Bind[beatParams]("lease_beat", quoted),
-		leaseAcquire:    sqlq.Bind[acquireParams]("lease_acquire", quoted),
-		leaseRelease:    sqlq.Bind[releaseParams]("lease_release", quoted),
-		leaseNextExpiry: sqlq.Bind[ownerParams]("lease_next_expiry", quoted),
+		settle:           settle,
+		settleKeep:       keep,
+		settleDelete:     deleted,
+		settleLate:       sqlq.Bind[lateSettle]("settle_late", quoted),
+		poisonTry:        sqlq.Bind[seqsParams](poisonTryQueries[del], quoted),
+		poisonPark:       sqlq.Bind[poisonParkParams]("poison_park", quoted),
+		poisonBySize:     sqlq.Bind[seqsParams]("poison_by_size", quoted),
+		fence:            sqlq.Bind[fenceParams]("fence", quoted),
+		config:           sqlq.Bind[configParams]("relay_config", quoted),
+		purge:            sqlq.Bind[purgeParams]("purge", quoted),
+		purgeNext:        sqlq.Bind[purgeNextParams]("purge_next", quoted),
+		purgeLock:        sqlq.Bind[purgeLockParams]("purge_lock", quoted),
+		leaseInit:        sqlq.Bind[leaseInitParams]("lease_init", quoted),
+		leaseBeat:        sqlq.Bind[beatParams]("lease_beat", quoted),
+		leaseAcquire:     sqlq.Bind[acquireParams]("lease_acquire", quoted),
+		leaseRelease:     sqlq.Bind[releaseParams]("lease_release", quoted),
+		leaseNextExpiry:  sqlq.Bind[ownerParams]("lease_next_expiry", quoted),
 	}
 }

@@ -184,7 +184,8 @@ func (r *Relay) checkConfig(ctx context.Context) error {
 	// (a new statement, a new snapshot) finds it.
 	var err error
 	for range 3 {
-		err = r.pool.QueryRow(ctx, r.batches.q.config, string(r.cfg.Mode), r.cfg.Partitions).Scan(&mode, &partitions)
+		q := r.batches.q.config
+		err = r.pool.QueryRow(ctx, q.SQL, q.Args(&configParams{Mode: string(r.cfg.Mode), Partitions: r.cfg.Partitions})...).Scan(&mode, &partitions)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			break
 		}
@@ -197,4 +198,10 @@ func (r *Relay) checkConfig(ctx context.Context) error {
 			ErrConfigMismatch, r.cfg.Mode, r.cfg.Partitions, mode, partitions)
 	}
 	return nil
+}
+
+// configParams holds relay_config.sql's parameters: this relay's settings.
+type configParams struct {
+	Mode       string `sql:"mode"`
+	Partitions int    `sql:"partitions"`
 }

@@ -103,7 +103,7 @@ func TestBindRefusesAMismatch(t *testing.T) {
 		"an untagged embedded struct": func() { Bind[embedded]("enqueue_conflicts", `"outbox"`) },
 		"a name twice, once inlined":  func() { Bind[twice]("enqueue_conflicts", `"outbox"`) },
 		"an inlined scalar":           func() { Bind[inlineScalar]("enqueue_conflicts", `"outbox"`) },
-		"a positional query":          func() { Bind[enqueueConflictsParams]("poison_park", `"outbox"`) },
+		"a positional query":          func() { BindText[enqueueConflictsParams]("positional", "SELECT $1") },
 	} {
 		func() {
 			defer func() {
@@ -194,5 +194,21 @@ func TestEveryQueryNamedByALiteral(t *testing.T) {
 	slices.Sort(unnamed)
 	if len(unnamed) > 0 {
 		t.Errorf("no Go code outside internal/sqlq names these queries with a string literal (built by concatenation, or unused?): %s", strings.Join(unnamed, ", "))
+	}
+}
+
+// Every query names its parameters: none is left with a positional $n (which Bind
+// refuses), so the SQL and the Go that fills it meet by name everywhere.
+func TestEveryQueryBindsByName(t *testing.T) {
+	t.Parallel()
+	entries, err := files.ReadDir("queries")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".sql")
+		if _, _, err := bindNames(text(name)); err != nil {
+			t.Errorf("%s.sql: %v", name, err)
+		}
 	}
 }

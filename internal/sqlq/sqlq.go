@@ -103,3 +103,11 @@ func part(text string) string {
 	}
 	return strings.TrimRight(text, "\n")
 }
+
+// NotifyParams holds notify.sql's parameters, bound by name: the wake-up channel and
+// the payload. The root package's Notifier and the relay share it (notify.sql names no
+// schema: bind it with "").
+type NotifyParams struct {
+	Channel string `sql:"channel"`
+	Payload string `sql:"payload"`
+}

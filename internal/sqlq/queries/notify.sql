@@ -1,5 +1,5 @@
--- notify: ask relays for a wake-up. $1 is the wake-up channel (outbox.WakeupChannel),
--- $2 the payload ('' from outbox.Notifier; a token from the relay's listener self-test).
+-- notify: ask relays for a wake-up. @channel is the wake-up channel (outbox.WakeupChannel),
+-- @payload the payload ('' from outbox.Notifier; a token from the relay's listener self-test).
 -- Run in autocommit, outside any business transaction: a transaction that issues NOTIFY
 -- takes PostgreSQL's global notify lock at commit, which serialises all such commits.
-SELECT pg_notify($1, $2)
+SELECT pg_notify(@channel, @payload)

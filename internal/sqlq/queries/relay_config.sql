@@ -1,7 +1,7 @@
--- relay_config: record this relay's settings if none are recorded, and return what is
--- recorded, so a relay with different settings can refuse to start.
+-- relay_config: record this relay's settings (@mode, @partitions) if none are recorded,
+-- and return what is recorded, so a relay with different settings can refuse to start.
 WITH ins AS (
-    INSERT INTO {{schema}}.relay_config (mode, partitions) VALUES ($1, $2)
+    INSERT INTO {{schema}}.relay_config (mode, partitions) VALUES (@mode, @partitions)
     ON CONFLICT (singleton) DO NOTHING
     RETURNING mode, partitions
 )
