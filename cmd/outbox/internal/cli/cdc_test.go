@@ -41,6 +41,7 @@ func TestRelaySourceCDC(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no listener address in the log:\n%s", d.stderr.String())
 	}
+	var scraped string
 	sinktest.WaitFor(t, 10*time.Second, "/metrics to show the 100 events published by change data capture", func() bool {
 		resp, err := http.Get("http://" + m[1] + "/metrics")
 		if err != nil {
@@ -48,7 +49,13 @@ func TestRelaySourceCDC(t *testing.T) {
 		}
 		defer func() { _ = resp.Body.Close() }()
 		body, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(body), "outbox_cdc_streaming 1") && strings.Contains(string(body), "outbox_cdc_events_published_total 100")
+		scraped = string(body)
+		return strings.Contains(scraped, "outbox_cdc_streaming 1") && strings.Contains(scraped, "outbox_cdc_events_published_total 100")
 	})
+	for _, name := range cdcMetrics {
+		if !strings.Contains(scraped, "\n"+name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
 	d.stop(t, 15*time.Second)
 }
