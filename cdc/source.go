@@ -248,6 +248,7 @@ func (s *Source) session(ctx context.Context) error {
 	s.mu.Lock()
 	s.state.stats.Streaming = true
 	s.state.stats.Sessions++
+	s.state.inflight = 0 // what an earlier session handed on and did not settle is read again
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
