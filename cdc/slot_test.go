@@ -249,3 +249,59 @@ func TestEventsBeforeTheSlotAreBackfilled(t *testing.T) {
 		t.Fatalf("the Source read %d of the %d events: the test did not write before its slot", st.Events, n)
 	}
 }
+
+// gatedSink holds every Publish call until open is closed.
+type gatedSink struct {
+	open  chan struct{}
+	calls chan struct{}
+	inner memsink.Sink
+}
+
+func (s *gatedSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	select {
+	case s.calls <- struct{}{}:
+	default:
+	}
+	select {
+	case <-s.open:
+	case <-ctx.Done():
+	}
+	return s.inner.Publish(ctx, msgs)
+}
+
+// A session cut while a transaction is in flight (its walsender terminated): the next
+// session reads it again, and once nothing is in flight, confirms the server's position
+// while idle as before — the cut session's unsettled transaction is not counted in
+// flight for ever.
+func TestReconnectAfterACutSession(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	other := pgtest.Pool(t)
+	sink := &gatedSink{open: make(chan struct{}), calls: make(chan struct{}, 1)}
+	r := newRelay(t, pool, sink, relay.Unordered)
+	s := newSource(t, pool, r, slotName(t, pool))
+	startSource(t, pool, s)
+	write(t, pool, []string{"x"}, 1, 1)
+	select {
+	case <-sink.calls:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sink was never called")
+	}
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "a second session", func() bool { st := s.Stats(); return st.Sessions >= 2 && st.Streaming })
+	close(sink.open)
+	waitDelivered(t, &sink.inner, 1, 30*time.Second)
+	if _, err := other.Exec(ctx, `CREATE TABLE churn (x text); INSERT INTO churn SELECT repeat('x', 500) FROM generate_series(1, 2000)`); err != nil {
+		t.Fatal(err)
+	}
+	var end string
+	if err := other.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the slot confirms past the other database's WAL", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, s.cfg.Slot, end) == 1
+	})
+}
