@@ -76,14 +76,13 @@ func (b *bench) dropSlot(slot string) {
 
 // cdcBurstRun is one arm of the cdc part's burst.
 type cdcBurstRun struct {
-	mode       relay.Mode
-	cdc        bool
-	res        childResult
-	first      int64         // unix ns stamped before the first COMMIT was sent
-	lastEnd    int64         // unix ns of the end of the last COMMIT
-	write      time.Duration // the producer's time for the whole burst
-	txs        []time.Duration
-	slotsAtEnd int
+	mode    relay.Mode
+	cdc     bool
+	res     childResult
+	first   int64         // unix ns stamped before the first COMMIT was sent
+	lastEnd int64         // unix ns of the end of the last COMMIT
+	write   time.Duration // the producer's time for the whole burst
+	txs     []time.Duration
 }
 
 func (r cdcBurstRun) name() string {
