@@ -171,6 +171,9 @@ func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
 			return errors.Join(err, runErr)
 		}
 	}
+	if src != nil && os.Getenv(cdcTraceEnv) != "" {
+		go traceSource(runCtx, src, relays)
+	}
 	if _, err := fmt.Fprintln(out, "READY"); err != nil {
 		return fmt.Errorf("report ready: %w", err)
 	}
@@ -282,6 +285,21 @@ func startSource(ctx context.Context, cfg childConfig, pools []*pgxpool.Pool, re
 		}
 	}
 	return src, sleepCtx(ctx, 200*time.Millisecond)
+}
+
+// cdcTraceEnv, when set, has a child with a cdc.Source print every 100ms what the
+// Source has read from the WAL and had published, and what its relay published: where
+// CDC spends a burst's time (reading or publishing).
+const cdcTraceEnv = "RELAYBENCH_CDC_TRACE"
+
+func traceSource(ctx context.Context, src *cdc.Source, relays []*relay.Relay) {
+	t0 := time.Now()
+	for ctx.Err() == nil {
+		st := src.Stats()
+		fmt.Fprintf(os.Stderr, "cdc trace %5d ms: read %6d events in %4d transactions, published by CDC %6d, by the relay %6d\n",
+			time.Since(t0).Milliseconds(), st.Events, st.Transactions, st.Published, published(relays))
+		_ = sleepCtx(ctx, 100*time.Millisecond)
+	}
 }
 
 // waitReady waits until, in ordered mode, the relays hold every lease in equal shares;
