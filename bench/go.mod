@@ -48,6 +48,8 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/gorilla/mux v1.8.1 // indirect
 	github.com/gorilla/schema v1.4.1 // indirect
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -93,3 +95,7 @@ replace (
 	github.com/outboxkit/outbox/sink/redissink => ../sink/redissink
 	github.com/outboxkit/outbox/sink/sqssink => ../sink/sqssink
 )
+
+require github.com/outboxkit/outbox/cdc v0.0.0-00010101000000-000000000000
+
+replace github.com/outboxkit/outbox/cdc => ../cdc

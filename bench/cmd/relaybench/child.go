@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/bench/internal/benchdb"
+	"github.com/outboxkit/outbox/cdc"
 	"github.com/outboxkit/outbox/relay"
 )
 
@@ -55,6 +56,10 @@ type childConfig struct {
 	// PollInterval; River's FetchCooldown and FetchPollInterval, 0: River's defaults).
 	Peer     string
 	PeerPoll time.Duration
+	// CDC set: a cdc.Source reading the replication slot of that name (and its
+	// publication, both created when missing) runs beside the child's one relay; READY
+	// waits until it streams.
+	CDC string
 }
 
 // childResult is what a child reports.
@@ -66,6 +71,8 @@ type childResult struct {
 	OrderViolations int64
 	Stats           relay.Stats // summed over the relays
 	Statements      int64       // the follow loop's statements
+	DoneAt          int64       // wall clock (unix ns) when Expect events were published
+	CDC             cdc.Stats   // the Source's, with CDC
 }
 
 // childMain runs the child process and returns its exit code.
@@ -150,6 +157,23 @@ func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
 			return errors.Join(err, runErr)
 		}
 	}
+	var src *cdc.Source
+	if cfg.CDC != "" {
+		var err error
+		if src, err = startSource(runCtx, cfg, pools, relays, log, &wg, func(err error) {
+			errMu.Lock()
+			runErr = errors.Join(runErr, err)
+			errMu.Unlock()
+			stopRelays()
+		}); err != nil {
+			stopRelays()
+			wg.Wait()
+			return errors.Join(err, runErr)
+		}
+	}
+	if src != nil && os.Getenv(cdcTraceEnv) != "" {
+		go traceSource(runCtx, src, relays)
+	}
 	if _, err := fmt.Fprintln(out, "READY"); err != nil {
 		return fmt.Errorf("report ready: %w", err)
 	}
@@ -196,7 +220,7 @@ wait:
 			}
 		case <-tick:
 			if published(relays) >= cfg.Expect {
-				res.Elapsed = time.Since(started)
+				res.Elapsed, res.DoneAt = time.Since(started), time.Now().UnixNano()
 				break wait
 			}
 		case <-runCtx.Done():
@@ -217,6 +241,9 @@ wait:
 	res.Acked = c.acked.Load()
 	res.OrderViolations = c.violations.Load()
 	res.Stats = sumStats(relays)
+	if src != nil {
+		res.CDC = src.Stats()
+	}
 	if cfg.Receipts != "" {
 		if err := rec.writeTo(cfg.Receipts); err != nil {
 			return err
@@ -230,6 +257,49 @@ wait:
 		return fmt.Errorf("report result: %w", err)
 	}
 	return nil
+}
+
+// startSource starts a cdc.Source on slot cfg.CDC beside the child's one relay (in wg,
+// reporting a failure to fail) and waits until it streams; then a moment more, for
+// the polling claims that a new slot wakes to find the table empty.
+func startSource(ctx context.Context, cfg childConfig, pools []*pgxpool.Pool, relays []*relay.Relay, log *slog.Logger, wg *sync.WaitGroup, fail func(error)) (*cdc.Source, error) {
+	if len(relays) != 1 {
+		return nil, fmt.Errorf("change data capture runs beside one relay, not %d", len(relays))
+	}
+	src, err := cdc.New(pools[0], relays[0], &cdc.Config{Slot: cfg.CDC, Logger: log.With(slog.String("component", "cdc"))})
+	if err != nil {
+		return nil, err
+	}
+	wg.Go(func() {
+		if err := src.Run(ctx); err != nil {
+			fail(fmt.Errorf("cdc source: %w", err))
+		}
+	})
+	deadline := time.Now().Add(time.Minute)
+	for !src.Stats().Streaming {
+		if time.Now().After(deadline) {
+			return nil, errors.New("the cdc source does not stream after a minute")
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("wait for the cdc source: %w", err)
+		}
+	}
+	return src, sleepCtx(ctx, 200*time.Millisecond)
+}
+
+// cdcTraceEnv, when set, has a child with a cdc.Source print every 100ms what the
+// Source has read from the WAL and had published, and what its relay published: where
+// CDC spends a burst's time (reading or publishing).
+const cdcTraceEnv = "RELAYBENCH_CDC_TRACE"
+
+func traceSource(ctx context.Context, src *cdc.Source, relays []*relay.Relay) {
+	t0 := time.Now()
+	for ctx.Err() == nil {
+		st := src.Stats()
+		fmt.Fprintf(os.Stderr, "cdc trace %5d ms: read %6d events in %4d transactions, published by CDC %6d, by the relay %6d\n",
+			time.Since(t0).Milliseconds(), st.Events, st.Transactions, st.Published, published(relays))
+		_ = sleepCtx(ctx, 100*time.Millisecond)
+	}
 }
 
 // waitReady waits until, in ordered mode, the relays hold every lease in equal shares;

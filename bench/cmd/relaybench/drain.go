@@ -19,8 +19,9 @@ import (
 
 // bench holds what every part needs.
 type bench struct {
-	o    options
-	pool *pgxpool.Pool
+	o     options
+	pool  *pgxpool.Pool
+	slots int // replication slots named so far (part cdc: one of its own per run)
 }
 
 // partReport is one part's markdown and its target lines.

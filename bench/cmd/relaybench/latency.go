@@ -45,6 +45,7 @@ type wakePath struct {
 	poll     time.Duration // 0: the relay's default PollInterval
 	loop     time.Duration // > 0: the plain-SQL follow loop polling this often, not a relay
 	none     bool          // no relay: the producer alone
+	cdc      bool          // a cdc.Source beside the relay, on a slot of its own (part cdc)
 }
 
 // loopPath is the peer every relay path is compared with.
@@ -103,6 +104,11 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	receipts := filepath.Join(dir, "receipts")
+	var slot string
+	if path.cdc {
+		slot = b.newSlot()
+		defer b.dropSlot(slot)
+	}
 	if path.none {
 		ids, _, txs, achieved, err := b.produce(ctx, path, rate)
 		if err != nil {
@@ -112,7 +118,7 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 	}
 	c, err := startChild(ctx, childConfig{
 		DSN: b.o.dsn, DB: b.o.database, Instances: 1, Sink: sinkRecord, Receipts: receipts, FollowLoop: path.loop,
-		Relay: relay.Config{Wakeup: path.wakeup, PollInterval: path.poll},
+		Relay: relay.Config{Wakeup: path.wakeup, PollInterval: path.poll}, CDC: slot,
 	})
 	if err != nil {
 		return latencyResult{}, err
@@ -177,14 +183,26 @@ type txBody func(ctx context.Context, tx pgx.Tx, id uuid.UUID, rng *rand.Rand) e
 // afterCommit after each commit.
 func (b *bench) produceLoop(ctx context.Context, rate int, body txBody, afterCommit func(context.Context)) ([]uuid.UUID, []int64, []time.Duration, float64, error) {
 	total := int(float64(rate) * b.o.latencyDuration.Seconds())
+	ids, commits, txs, elapsed, err := b.runProducer(ctx, total, time.Second/time.Duration(rate), producerWorkers, body, afterCommit)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	return ids, commits, txs, float64(total) / elapsed.Seconds(), nil
+}
+
+// runProducer runs total transactions of body on workers connections, transaction i
+// due at start + i·interval (interval 0: each as soon as a worker is free), and returns
+// each transaction's id, the wall-clock time (unix ns) stamped just before its COMMIT
+// was sent, the transactions' durations from BEGIN to the end of COMMIT (sorted), and
+// the time from start to the last commit's end.
+func (b *bench) runProducer(ctx context.Context, total int, interval time.Duration, workers int, body txBody, afterCommit func(context.Context)) ([]uuid.UUID, []int64, []time.Duration, time.Duration, error) {
 	ids := make([]uuid.UUID, total)
 	commits := make([]int64, total)
 	txs := make([]time.Duration, total)
 	for i := range ids {
 		ids[i] = outbox.NewID()
 	}
-	interval := time.Second / time.Duration(rate)
-	due := make(chan int, producerWorkers)
+	due := make(chan int, workers)
 	g, gctx := errgroup.WithContext(ctx)
 	start := time.Now()
 	g.Go(func() error {
@@ -203,7 +221,7 @@ func (b *bench) produceLoop(ctx context.Context, rate int, body txBody, afterCom
 		}
 		return nil
 	})
-	for w := range producerWorkers {
+	for w := range workers {
 		rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(w))) //nolint:gosec // load generation
 		g.Go(func() error {
 			for i := range due {
@@ -229,8 +247,9 @@ func (b *bench) produceLoop(ctx context.Context, rate int, body txBody, afterCom
 	if err := g.Wait(); err != nil {
 		return nil, nil, nil, 0, err
 	}
+	elapsed := time.Since(start)
 	slices.Sort(txs)
-	return ids, commits, txs, float64(total) / time.Since(start).Seconds(), nil
+	return ids, commits, txs, elapsed, nil
 }
 
 // waitPublished waits until n events are published.

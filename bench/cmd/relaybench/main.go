@@ -6,6 +6,14 @@
 // tables (claim). Run only when named, the peers part measures the latency and the
 // producer's cost beside real peers (the watermill-sql forwarder, River) and the
 // plain-SQL follow loop, with one business transaction for all (see bench/PEERS.md).
+// Run only when named and alone, the cdc part compares change data capture (package
+// cdc) with the polling relay on a throwaway cluster with wal_level=logical that it
+// starts (pgtest.StartCluster, with the settings of the server at 5432; -dsn is then
+// not used): a burst of -events events written while each relay idles (its drain, from
+// the first commit to the last event published; CDC sees only what commits after its
+// slot exists, so it cannot be started on a backlog), and the commit→publish latency
+// at -rates. With RELAYBENCH_CDC_TRACE set, its CDC children print every 100ms what the
+// Source read from the WAL and had published.
 //
 // Against a PostgreSQL server it creates a database of its own (dropped and recreated
 // at start) and migrates a fresh outbox schema before every measurement. Relays run in
@@ -19,6 +27,7 @@
 //	go run ./cmd/relaybench -part all -out RESULTS.md
 //	go run ./cmd/relaybench -part drain -events 50000
 //	go run ./cmd/relaybench -part peers -peers watermill,river -rates 500 -latency-duration 15s -latency-rounds 2
+//	go run ./cmd/relaybench -part cdc -events 20000 -rates 500 -latency-duration 15s
 package main
 
 import (
@@ -44,8 +53,9 @@ import (
 var parts = []string{"drain", "scale", "latency", "writer", "claim"}
 
 // extraParts run only when named, after the others: peers (the latency beside
-// watermill and River, which take minutes more).
-var extraParts = []string{"peers"}
+// watermill and River, which take minutes more), and cdc (alone: on a cluster of its
+// own).
+var extraParts = []string{"peers", "cdc"}
 
 type options struct {
 	dsn, database, part, out string
@@ -70,6 +80,10 @@ type options struct {
 
 	claimRows int
 	sqlDir    string
+
+	cdcPoll     time.Duration // cdc: the PollInterval of the relay beside the Source
+	cdcWriters  int           // cdc: the burst's producer connections
+	cdcSettings []string      // cdc: settings appended to the cluster's
 }
 
 func main() {
@@ -102,10 +116,18 @@ func main() {
 	flag.IntVar(&o.writerRuns, "writer-runs", 5, "writer: interleaved runs per wake-up path; the median is reported")
 	flag.DurationVar(&o.writerDuration, "writer-duration", 5*time.Second, "writer: length of one run")
 	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "claim: published rows behind the pending ones")
+	flag.DurationVar(&o.cdcPoll, "cdc-poll-interval", 30*time.Second, "cdc: PollInterval of the relay beside the cdc.Source (WakeupPoll): when its polling claims take up what CDC left")
+	flag.IntVar(&o.cdcWriters, "cdc-writers", 4, "cdc: connections the burst's producer writes on")
+	cdcSettings := flag.String("cdc-settings", "", `cdc: postgresql.conf lines appended to the cluster's, separated by ";" (e.g. "synchronous_commit = off")`)
 	flag.StringVar(&o.sqlDir, "sqldir", "../internal/sqlq/queries", "claim: directory of the relay's .sql files")
 	flag.Parse()
 
 	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseModes(*modes, &o.modes), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates), parsePeers(*peers, &o.peers))
+	for f := range strings.SplitSeq(*cdcSettings, ";") {
+		if f = strings.TrimSpace(f); f != "" {
+			o.cdcSettings = append(o.cdcSettings, f)
+		}
+	}
 	if o.latencyRounds < 1 {
 		err = errors.Join(err, errNoPeersRounds)
 	}
@@ -183,6 +205,21 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("the claim part reads the relay's SQL from -sqldir (run from bench/): %w", err)
 		}
 	}
+	if slices.Contains(selected, "cdc") {
+		if len(selected) > 1 {
+			return errors.New("-part cdc runs alone (on a cluster of its own)")
+		}
+		cluster, err := startCDCCluster(o.cdcSettings)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := cluster.Destroy(); err != nil {
+				fmt.Fprintln(os.Stderr, "relaybench: destroy the cdc cluster:", err)
+			}
+		}()
+		o.dsn = cluster.TCPConnString("postgres")
+	}
 	pool, err := benchdb.Setup(ctx, o.dsn, o.database, int32(o.writerClients+8))
 	if err != nil {
 		return err
@@ -210,6 +247,8 @@ func run(ctx context.Context, o options) error {
 			pr, err = b.claim(ctx)
 		case "peers":
 			pr, err = b.peers(ctx)
+		case "cdc":
+			pr, err = b.cdc(ctx)
 		}
 		if err != nil {
 			return fmt.Errorf("part %s: %w", p, err)
