@@ -1,6 +1,8 @@
 package cdc
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,4 +57,25 @@ func TestSchemaAndPublicationChanges(t *testing.T) {
 	msgs := waitDelivered(t, sink, 25, 30*time.Second)
 	checkOrder(t, msgs)
 	waitUntil(t, 10*time.Second, "the last 5 published by change data capture", func() bool { return s.Stats().Published >= before+5 })
+}
+
+// A publication of the slot's name that does not publish the schema's events table (the
+// schema dropped and migrated again) is refused by name, not streamed from in silence.
+func TestStalePublicationIsRefused(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	r, err := relay.New(pool, &memsink.Sink{}, &relay.Config{Logger: testLogger}) // not run: the Source only sets up
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := slotName(t, pool)
+	if _, err := pool.Exec(t.Context(), `CREATE TABLE other (x int); CREATE PUBLICATION `+slot+` FOR TABLE other`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP PUBLICATION IF EXISTS `+slot) })
+	s := newSource(t, pool, r, slot)
+	err = s.session(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "does not publish outbox.events") {
+		t.Fatalf("session = %v, want the stale publication named", err)
+	}
 }

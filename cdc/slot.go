@@ -49,12 +49,20 @@ func (s *Source) setUp(ctx context.Context) error {
 	if level != "logical" {
 		return fmt.Errorf("%w: the server runs with wal_level = %s; set wal_level = logical (a restart) to relay by change data capture", ErrWALLevel, level)
 	}
-	var exists bool
-	if err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", s.cfg.Slot).Scan(&exists); err != nil {
+	var exists, covers bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
+		EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = 'events')`,
+		s.cfg.Slot, s.schema).Scan(&exists, &covers); err != nil {
 		return fmt.Errorf("cdc: read publication %s: %w", s.cfg.Slot, err)
 	}
-	if exists {
+	switch {
+	case covers:
 		return nil
+	case exists:
+		// it names another table, or an events table dropped since (a schema made
+		// again): the Source would stream nothing
+		return fmt.Errorf("cdc: publication %s does not publish %s.events (a schema dropped and made again?): drop it (DROP PUBLICATION %s) and the Source creates it again, or ALTER PUBLICATION %s ADD TABLE %s.events",
+			s.cfg.Slot, s.schema, s.cfg.Slot, s.cfg.Slot, s.schema)
 	}
 	create := "CREATE PUBLICATION " + pgx.Identifier{s.cfg.Slot}.Sanitize() + " FOR TABLE " +
 		pgx.Identifier{s.schema, "events"}.Sanitize() + " WITH (publish = 'insert')"

@@ -71,6 +71,10 @@ func TestUnsettledEventsAreReadAgain(t *testing.T) {
 			s1 := newSource(t, pool, r1, slot)
 			s1.confirmOnReceipt = early
 			stopSource := startSource(t, pool, s1)
+			// the relay's polling claims, woken as the Source started, must have found
+			// the table empty and gone idle (for an hour): the Source alone takes what
+			// comes next
+			time.Sleep(time.Second)
 			// before is inside the events' transaction, before its commit; after, once
 			// it committed: the transaction ends between them
 			var before, after string
@@ -96,6 +100,9 @@ func TestUnsettledEventsAreReadAgain(t *testing.T) {
 				t.Fatal("the sink was never called")
 			}
 			time.Sleep(500 * time.Millisecond) // several status intervals: whatever is confirmed, is sent
+			if st := s1.Stats(); st.Events != 10 || st.Left != 0 {
+				t.Fatalf("Stats = %+v: the Source did not hold the 10 events itself (the relay's polling took them?)", st)
+			}
 			if early {
 				if queryInt(t, pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn > $2::pg_lsn`, slot, before) != 1 {
 					t.Fatalf("the negative control did not confirm the events' transaction (confirmed_flush_lsn %s, before its commit %s)", confirmedFlush(t, pool, slot), before)

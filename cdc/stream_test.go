@@ -157,7 +157,10 @@ func TestVisibleQuery(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
-	r := newRelay(t, pool, &memsink.Sink{}, relay.Unordered)
+	r, err := relay.New(pool, &memsink.Sink{}, &relay.Config{Logger: testLogger}) // not run: only its Source's query is
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := newSource(t, pool, r, "unused")
 	tx, err := pool.Begin(ctx)
 	if err != nil {
