@@ -192,6 +192,7 @@ func TestOneWakeUpSetsEveryWorkerToWork(t *testing.T) {
 	}}
 	cfg := fastConfig()
 	cfg.Mode, cfg.Concurrency, cfg.BatchSize = relay.Unordered, workers, 5
+	cfg.PublishCalls = 1 // a sink call in flight is a batch in flight
 	cfg.Wakeup, cfg.PollInterval = relay.WakeupPoll, time.Hour
 	r := newRelay(t, relayPool, sink, cfg)
 	start(t, r)
