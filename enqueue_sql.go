@@ -17,6 +17,8 @@ type enqueueStatements struct {
 	json      enqueueStatement[jsonParams]
 	arrays    enqueueStatement[arraysParams]
 	conflicts sqlq.Statement[conflictsParams]
+	// emit writes a batch into the WAL only (Writer.Emit)
+	emit sqlq.Statement[emitParams]
 }
 
 func newEnqueueStatements(quotedSchema string) enqueueStatements {
@@ -25,6 +27,7 @@ func newEnqueueStatements(quotedSchema string) enqueueStatements {
 		json:      newEnqueueStatement[jsonParams]("enqueue", quotedSchema),
 		arrays:    newEnqueueStatement[arraysParams]("enqueue_arrays", quotedSchema),
 		conflicts: sqlq.Bind[conflictsParams]("enqueue_conflicts", quotedSchema),
+		emit:      sqlq.Bind[emitParams]("emit", quotedSchema),
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/outboxkit/outbox/internal/emitted"
 )
 
 // Limits on text fields keep every row within what PostgreSQL's btree indexes accept
@@ -42,11 +44,7 @@ var topicPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
 
 // isJSONContentType reports whether payloads of this content type are stored as JSON
 // (the payload column, of type json), rather than as bytes.
-func isJSONContentType(ct string) bool {
-	mt, _, _ := strings.Cut(ct, ";")
-	mt = strings.ToLower(strings.TrimSpace(mt))
-	return mt == ContentTypeJSON || strings.HasSuffix(mt, "+json")
-}
+func isJSONContentType(ct string) bool { return emitted.IsJSON(ct) }
 
 // validate checks e (the index-th event of a call) and returns it with defaults filled.
 func (w *Writer) validate(index int, e Event) (Event, error) {

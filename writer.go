@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkit/outbox/internal/emitted"
 	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
@@ -29,6 +31,10 @@ type WriterConfig struct {
 	// Turn it off only when the caller already serialises writers of an aggregate,
 	// e.g. by locking the aggregate's business row (SELECT … FOR UPDATE) first.
 	DisableAggregateLock bool
+	// Slot is the replication slot of the schema's CDC reader (cdc.Config.Slot), which
+	// reads what [Writer.Emit] writes: Emit writes only while it exists and has not lost
+	// its WAL. Default "outbox_cdc_<schema>", the reader's default.
+	Slot string
 }
 
 // Writer enqueues events into the caller's transaction. It is safe for concurrent use.
@@ -36,6 +42,7 @@ type Writer struct {
 	schema     string // named in errors
 	maxPayload int
 	lock       bool
+	slot       string // Emit's reader
 	stmts      enqueueStatements
 }
 
@@ -63,6 +70,7 @@ func NewWriter(cfg *WriterConfig) (*Writer, error) {
 		schema:     schema,
 		maxPayload: maxPayload,
 		lock:       !cfg.DisableAggregateLock,
+		slot:       cmp.Or(cfg.Slot, emitted.DefaultSlot(schema)),
 		stmts:      newEnqueueStatements(quoted),
 	}, nil
 }
@@ -106,36 +114,9 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	valid := make([]Event, len(events))
-	ids := make([]uuid.UUID, len(events))
-	seen := make(map[uuid.UUID]int, len(events))
-	type versionKey struct {
-		aggregateType, aggregateID string
-		version                    int64
-	}
-	var seenVersions map[versionKey]int
-	mayConflict := false
-	for i, e := range events {
-		mayConflict = mayConflict || e.ID != uuid.Nil || e.AggregateVersion > 0
-		e, err := w.validate(i, e)
-		if err != nil {
-			return err
-		}
-		if j, dup := seen[e.ID]; dup {
-			return &ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf("repeats the id of event %d in this call", j)}
-		}
-		seen[e.ID] = i
-		if e.AggregateVersion > 0 {
-			if seenVersions == nil {
-				seenVersions = map[versionKey]int{}
-			}
-			k := versionKey{e.AggregateType, e.AggregateID, e.AggregateVersion}
-			if j, dup := seenVersions[k]; dup {
-				return &ValidationError{Index: i, Field: "AggregateVersion", Reason: fmt.Sprintf("repeats the aggregate version of event %d in this call", j)}
-			}
-			seenVersions[k] = i
-		}
-		valid[i], ids[i] = e, e.ID
+	valid, ids, mayConflict, err := w.validateAll(events)
+	if err != nil {
+		return err
 	}
 	stmt, args := w.stmts.bind(tx.encode(valid, w.lock))
 	if !mayConflict {
@@ -152,6 +133,43 @@ func (w *Writer) Enqueue(ctx context.Context, tx Tx, events ...Event) error {
 		return nil
 	}
 	return w.conflicts(ctx, tx, ids, inserted)
+}
+
+// validateAll validates the events of one call (validate, and no id or aggregate
+// version twice) and returns them with defaults filled, their ids, and whether any of
+// them may conflict with a row already written (a caller-supplied id or a version).
+func (w *Writer) validateAll(events []Event) (valid []Event, ids []uuid.UUID, mayConflict bool, err error) {
+	valid = make([]Event, len(events))
+	ids = make([]uuid.UUID, len(events))
+	seen := make(map[uuid.UUID]int, len(events))
+	type versionKey struct {
+		aggregateType, aggregateID string
+		version                    int64
+	}
+	var seenVersions map[versionKey]int
+	for i, e := range events {
+		mayConflict = mayConflict || e.ID != uuid.Nil || e.AggregateVersion > 0
+		e, err := w.validate(i, e)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if j, dup := seen[e.ID]; dup {
+			return nil, nil, false, &ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf("repeats the id of event %d in this call", j)}
+		}
+		seen[e.ID] = i
+		if e.AggregateVersion > 0 {
+			if seenVersions == nil {
+				seenVersions = map[versionKey]int{}
+			}
+			k := versionKey{e.AggregateType, e.AggregateID, e.AggregateVersion}
+			if j, dup := seenVersions[k]; dup {
+				return nil, nil, false, &ValidationError{Index: i, Field: "AggregateVersion", Reason: fmt.Sprintf("repeats the aggregate version of event %d in this call", j)}
+			}
+			seenVersions[k] = i
+		}
+		valid[i], ids[i] = e, e.ID
+	}
+	return valid, ids, mayConflict, nil
 }
 
 // conflicts explains which events ON CONFLICT DO NOTHING skipped, and why.

@@ -64,10 +64,23 @@ func newSource(t *testing.T, pool *pgxpool.Pool, r *relay.Relay, slot string) *S
 }
 
 // dropSlotAtEnd drops the slot when the test ends (registered before the Source
-// starts, it runs after the Source stopped).
+// starts, it runs after the Source stopped). A slot still active — the walsender of a
+// killed process has not noticed yet — has its walsender ended first: a slot left behind
+// keeps the test's database from being dropped.
 func dropSlotAtEnd(t *testing.T, pool *pgxpool.Pool, slot string) {
 	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		ctx := context.Background()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			_, _ = pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
+			_, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+			if err == nil || time.Now().After(deadline) {
+				if err != nil {
+					t.Errorf("drop slot %s: %v", slot, err)
+				}
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	})
 }
 

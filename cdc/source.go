@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/internal/emitted"
 	"github.com/outboxkit/outbox/internal/sqlq"
 	"github.com/outboxkit/outbox/relay"
 )
@@ -96,11 +97,16 @@ type state struct {
 // Stats is what a Source has done and seen.
 type Stats struct {
 	// Transactions and Events count what it read from the WAL: committed transactions
-	// that inserted events, and their events.
-	Transactions, Events int64
-	// Published, Left: what [relay.Relay.PublishSeqs] did with them (Left: for the
-	// polling claims).
-	Published, Left int64
+	// that inserted or emitted events, and their events; Emitted those of them emitted
+	// (table-less mode, outbox.Writer.Emit).
+	Transactions, Events, Emitted int64
+	// Published, Left: what [relay.Relay.PublishSeqs] and [relay.Relay.PublishEmitted]
+	// did with them (Left: rows for the polling claims). Written counts the emitted
+	// events written to the events table instead of published (relay.EmittedResult).
+	Published, Left, Written int64
+	// Refused counts the messages of the schema's prefix that were not the Writer's
+	// (undecodable): logged at Error and skipped.
+	Refused int64
 	// ConfirmedLSN is what it confirmed to the server; ReceivedLSN the furthest it read;
 	// ConfirmedAt when ConfirmedLSN last moved (zero: never).
 	ConfirmedLSN, ReceivedLSN string
@@ -131,7 +137,7 @@ func New(pool *pgxpool.Pool, r *relay.Relay, cfg *Config) (*Source, error) {
 		c = *cfg
 	}
 	rc := r.Config()
-	c.Slot = cmp.Or(c.Slot, "outbox_cdc_"+rc.Schema)
+	c.Slot = cmp.Or(c.Slot, emitted.DefaultSlot(rc.Schema))
 	if err := validName(c.Slot); err != nil {
 		return nil, fmt.Errorf("cdc config: Slot: %w", err)
 	}
@@ -235,7 +241,7 @@ func (s *Source) session(ctx context.Context) error {
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
-			"proto_version '2'", "publication_names '" + s.cfg.Slot + "'", "streaming 'on'",
+			"proto_version '2'", "publication_names '" + s.cfg.Slot + "'", "streaming 'on'", "messages 'true'",
 		},
 	})
 	if err != nil {
@@ -338,7 +344,7 @@ func (s *Source) read(ctx context.Context, conn *pgconn.PgConn, txns chan<- *txn
 			if err != nil {
 				return fmt.Errorf("cdc: %w", err)
 			}
-			t, err := d.decode(x.WALData)
+			t, err := d.decode(x.WALData, func(err error) { s.refuse(ctx, err) })
 			if err != nil {
 				return fmt.Errorf("cdc: %w", err)
 			}
@@ -357,11 +363,16 @@ func (s *Source) read(ctx context.Context, conn *pgconn.PgConn, txns chan<- *txn
 // connection out while a slow batch runs).
 func (s *Source) hand(ctx context.Context, conn *pgconn.PgConn, txns chan<- *txn, t *txn) error {
 	s.mu.Lock()
-	if len(t.seqs) > 0 {
+	if t.events() > 0 {
 		s.state.stats.Transactions++
-		s.state.stats.Events += int64(len(t.seqs))
+		s.state.stats.Events += int64(t.events())
+		for _, it := range t.items {
+			if it.ev != nil {
+				s.state.stats.Emitted++
+			}
+		}
 	}
-	if len(t.seqs) == 0 && s.state.inflight == 0 {
+	if t.events() == 0 && s.state.inflight == 0 {
 		s.confirm(t.end) // nothing of it to settle
 		s.mu.Unlock()
 		return nil
@@ -387,14 +398,16 @@ func (s *Source) hand(ctx context.Context, conn *pgconn.PgConn, txns chan<- *txn
 	}
 }
 
-// publish runs the relay's by-seq batches over what the reader hands it, taking every
+// publish runs the relay's batches over what the reader hands it, taking every
 // transaction waiting at once (up to MaxPending events), and confirms each group's end
-// once PublishSeqs returned: every event of it settled (published and marked, dead, or
-// left pending for the polling claims).
+// once every event of it is settled: the rows' through PublishSeqs (published and
+// marked, dead, or left pending for the polling claims), the emitted events' through
+// PublishEmitted (published, or written to the table). The group is handed on in runs of
+// one kind, in commit order.
 func (s *Source) publish(ctx context.Context, txns <-chan *txn) {
 	var (
-		seqs []int64
-		xids []int64
+		items []item
+		xids  []int64
 	)
 	for {
 		var last *txn
@@ -403,38 +416,108 @@ func (s *Source) publish(ctx context.Context, txns <-chan *txn) {
 		case <-ctx.Done():
 			return
 		case t := <-txns:
-			seqs, xids, last, n = append(seqs[:0], t.seqs...), append(xids[:0], int64(t.xid)), t, 1
+			items, xids, last, n = append(items[:0], t.items...), append(xids[:0], int64(t.xid)), t, 1
 		}
 	more:
-		for len(seqs) < s.cfg.MaxPending {
+		for len(items) < s.cfg.MaxPending {
 			select {
 			case t := <-txns:
-				seqs, xids, last = append(seqs, t.seqs...), append(xids, int64(t.xid)), t
+				items, xids, last = append(items, t.items...), append(xids, int64(t.xid)), t
 				n++
 			default:
 				break more
 			}
 		}
-		err := s.awaitVisible(ctx, xids)
-		var res relay.SeqsResult
-		if err == nil {
-			res, err = s.relay.PublishSeqs(ctx, seqs)
-		}
-		if ctx.Err() != nil {
-			return // stopping: nothing more is confirmed; the next reader reads it again
-		}
-		if err != nil {
-			// the rows stay pending in the table: the polling claims take them
-			s.log.WarnContext(ctx, "publish by seq failed: left to the polling claims", slog.Any("error", err), slog.Int("events", len(seqs)))
-			s.relay.Wake()
+		var published, left, written int
+		for run := range runs(items) {
+			if run[0].ev != nil {
+				res, ok := s.publishEmitted(ctx, run)
+				if !ok {
+					return // stopping: nothing more is confirmed; the next reader reads it again
+				}
+				published, written = published+res.Published, written+res.Written
+				continue
+			}
+			seqs := make([]int64, len(run))
+			for i, it := range run {
+				seqs[i] = it.seq
+			}
+			err := s.awaitVisible(ctx, xids)
+			var res relay.SeqsResult
+			if err == nil {
+				res, err = s.relay.PublishSeqs(ctx, seqs)
+			}
+			if ctx.Err() != nil {
+				return // as above
+			}
+			if err != nil {
+				// the rows stay pending in the table: the polling claims take them
+				s.log.WarnContext(ctx, "publish by seq failed: left to the polling claims", slog.Any("error", err), slog.Int("events", len(seqs)))
+				s.relay.Wake()
+			}
+			published, left = published+res.Published, left+res.Left
 		}
 		s.mu.Lock()
 		s.state.inflight -= n
 		s.confirm(last.end)
-		s.state.stats.Published += int64(res.Published)
-		s.state.stats.Left += int64(res.Left)
+		s.state.stats.Published += int64(published)
+		s.state.stats.Left += int64(left)
+		s.state.stats.Written += int64(written)
 		s.mu.Unlock()
 	}
+}
+
+// runs yields items in runs of one kind (rows, emitted events), in order.
+func runs(items []item) func(yield func([]item) bool) {
+	return func(yield func([]item) bool) {
+		for start := 0; start < len(items); {
+			end := start + 1
+			for end < len(items) && (items[end].ev != nil) == (items[start].ev != nil) {
+				end++
+			}
+			if !yield(items[start:end]) {
+				return
+			}
+			start = end
+		}
+	}
+}
+
+// publishEmitted hands a run of emitted events to the relay until each is published or
+// written to the table: they exist nowhere else, so a failure (the database) is tried
+// again, with backoff, and the position is not confirmed past them meanwhile. It
+// returns false when ctx is done first.
+func (s *Source) publishEmitted(ctx context.Context, run []item) (relay.EmittedResult, bool) {
+	events := make([]relay.Emitted, len(run))
+	for i, it := range run {
+		events[i] = *it.ev
+	}
+	delay := s.cfg.RetryDelay
+	for {
+		res, err := s.relay.PublishEmitted(ctx, events)
+		if ctx.Err() != nil {
+			return res, false
+		}
+		if err == nil {
+			return res, true
+		}
+		s.log.WarnContext(ctx, "emitted events neither published nor written: trying again", slog.Any("error", err),
+			slog.Int("events", len(events)), slog.Duration("retry_in", delay))
+		select {
+		case <-ctx.Done():
+			return res, false
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, s.cfg.MaxRetryDelay)
+	}
+}
+
+// refuse logs and counts a message of the schema's prefix that is not the Writer's.
+func (s *Source) refuse(ctx context.Context, err error) {
+	s.log.ErrorContext(ctx, "emitted message refused: not an outbox Writer's; skipped", slog.Any("error", err))
+	s.mu.Lock()
+	s.state.stats.Refused++
+	s.mu.Unlock()
 }
 
 // visibleWait bounds how long the publisher waits for committed transactions to become

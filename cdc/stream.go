@@ -3,24 +3,39 @@ package cdc
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/emitted"
+	"github.com/outboxkit/outbox/relay"
 )
 
-// txn is one committed transaction's inserts into the events table: their seqs, in
-// the order it wrote them, and the transaction's end in the WAL (what may be confirmed
-// once they are settled).
+// txn is one committed transaction's events, in the order it wrote them — the seqs of
+// its inserts into the events table and the events it emitted (table-less mode,
+// outbox.Writer.Emit) — and the transaction's end in the WAL (what may be confirmed once
+// they are settled).
 type txn struct {
-	seqs []int64
-	end  pglogrepl.LSN
-	xid  uint32 // the (top-level) transaction
+	items []item
+	end   pglogrepl.LSN
+	xid   uint32 // the (top-level) transaction
 }
 
-// streamed is a seq written by a transaction streamed before its commit (protocol 2),
-// with the (sub)transaction that wrote it.
+// item is one event of a transaction: a row's seq, or (ev set) an emitted event.
+type item struct {
+	seq int64
+	ev  *relay.Emitted
+}
+
+// events counts t's events.
+func (t *txn) events() int { return len(t.items) }
+
+// streamed is an event of a transaction streamed before its commit (protocol 2), with
+// the (sub)transaction that wrote it; ev's CreatedAt is set at the commit.
 type streamed struct {
 	xid uint32
-	seq int64
+	item
 }
 
 // decoder turns pgoutput's messages into committed transactions. It knows which
@@ -30,9 +45,11 @@ type streamed struct {
 // nothing of a rolled-back transaction is ever handed on.
 type decoder struct {
 	schema   string
+	prefix   string         // of the schema's emitted events (emitted.Prefix)
 	seqCol   map[uint32]int // relation id of the events table → its seq column (only it is published)
-	current  []int64        // the inserts of the transaction between Begin and Commit
+	current  []item         // the events of the transaction between Begin and Commit
 	xid      uint32         // its xid
+	commitAt time.Time      // its commit time: the created_at of its emitted events
 	inTxn    bool
 	inStream bool
 	stream   uint32                // the transaction of the stream being read
@@ -40,7 +57,7 @@ type decoder struct {
 }
 
 func newDecoder(schema string) *decoder {
-	return &decoder{schema: schema, seqCol: map[uint32]int{}, streams: map[uint32][]streamed{}}
+	return &decoder{schema: schema, prefix: emitted.Prefix(schema), seqCol: map[uint32]int{}, streams: map[uint32][]streamed{}}
 }
 
 // busy reports whether the decoder holds inserts not yet handed on: a transaction
@@ -49,8 +66,10 @@ func newDecoder(schema string) *decoder {
 func (d *decoder) busy() bool { return d.inTxn || len(d.streams) > 0 }
 
 // decode takes in one pgoutput message; it returns the transaction it committed, if
-// any.
-func (d *decoder) decode(data []byte) (*txn, error) {
+// any. An emitted message of the schema's prefix that is not the Writer's (it does not
+// decode as its rows) is an error of that message only: logged through refuse, counted in
+// the Source's Stats.Refused, and skipped.
+func (d *decoder) decode(data []byte, refuse func(error)) (*txn, error) {
 	msg, err := pglogrepl.ParseV2(data, d.inStream)
 	if err != nil {
 		return nil, fmt.Errorf("decode pgoutput message: %w", err)
@@ -68,7 +87,24 @@ func (d *decoder) decode(data []byte) (*txn, error) {
 		}
 		return nil, fmt.Errorf("decode pgoutput message: %s.events has no seq column", d.schema)
 	case *pglogrepl.BeginMessage:
-		d.inTxn, d.current, d.xid = true, nil, m.Xid
+		d.inTxn, d.current, d.xid, d.commitAt = true, nil, m.Xid, m.CommitTime
+	case *pglogrepl.LogicalDecodingMessageV2:
+		if !m.Transactional || m.Prefix != d.prefix {
+			return nil, nil // another tool's message (the Writer's are transactional)
+		}
+		rows, err := emitted.Decode(m.Content)
+		if err != nil {
+			refuse(fmt.Errorf("message at %s: %w", m.LSN, err))
+			return nil, nil
+		}
+		for i := range rows {
+			it := item{ev: emittedEvent(&rows[i], d.commitAt)}
+			if d.inStream {
+				d.streams[d.stream] = append(d.streams[d.stream], streamed{xid: m.Xid, item: it})
+			} else {
+				d.current = append(d.current, it)
+			}
+		}
 	case *pglogrepl.InsertMessageV2:
 		col, ok := d.seqCol[m.RelationID]
 		if !ok {
@@ -82,12 +118,12 @@ func (d *decoder) decode(data []byte) (*txn, error) {
 			return nil, fmt.Errorf("decode insert into %s.events: seq: %w", d.schema, err)
 		}
 		if d.inStream {
-			d.streams[d.stream] = append(d.streams[d.stream], streamed{xid: m.Xid, seq: seq})
+			d.streams[d.stream] = append(d.streams[d.stream], streamed{xid: m.Xid, item: item{seq: seq}})
 		} else {
-			d.current = append(d.current, seq)
+			d.current = append(d.current, item{seq: seq})
 		}
 	case *pglogrepl.CommitMessage:
-		t := &txn{seqs: d.current, end: m.TransactionEndLSN, xid: d.xid}
+		t := &txn{items: d.current, end: m.TransactionEndLSN, xid: d.xid}
 		d.inTxn, d.current = false, nil
 		return t, nil
 	case *pglogrepl.StreamStartMessageV2:
@@ -97,7 +133,10 @@ func (d *decoder) decode(data []byte) (*txn, error) {
 	case *pglogrepl.StreamCommitMessageV2:
 		t := &txn{end: m.TransactionEndLSN, xid: m.Xid}
 		for _, s := range d.streams[m.Xid] {
-			t.seqs = append(t.seqs, s.seq)
+			if s.ev != nil {
+				s.ev.Message.CreatedAt = m.CommitTime
+			}
+			t.items = append(t.items, s.item)
 		}
 		delete(d.streams, m.Xid)
 		return t, nil
@@ -116,4 +155,17 @@ func (d *decoder) decode(data []byte) (*txn, error) {
 		d.streams[m.Xid] = kept
 	}
 	return nil, nil
+}
+
+// emittedEvent is the event of an emitted row, created at its transaction's commit.
+func emittedEvent(r *emitted.Row, commitAt time.Time) *relay.Emitted {
+	return &relay.Emitted{
+		Message: outbox.Message{
+			ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, AggregateVersion: r.AggregateVersion,
+			EventType: r.EventType, SchemaVersion: r.SchemaVersion, Topic: r.Topic, Headers: r.Headers,
+			ContentType: r.ContentType, Payload: r.PayloadBytes(), TraceParent: r.TraceParent, CreatedAt: commitAt,
+			Attempt: 1,
+		},
+		AvailableAt: r.AvailableAt,
+	}
 }

@@ -26,6 +26,8 @@ type queries struct {
 	leaseAcquire            sqlq.Statement[acquireParams]
 	leaseRelease            sqlq.Statement[releaseParams]
 	leaseNextExpiry         sqlq.Statement[ownerParams]
+	emittedBehind           sqlq.Statement[behindParams] // emitted.go
+	emittedWrite            sqlq.Statement[emittedRows]
 }
 
 // deletes reports whether the claims of a retention mode delete what they claim.
@@ -75,5 +77,7 @@ func newQueries(cfg *Config, quoted string) *queries {
 		leaseAcquire:     sqlq.Bind[acquireParams]("lease_acquire", quoted),
 		leaseRelease:     sqlq.Bind[releaseParams]("lease_release", quoted),
 		leaseNextExpiry:  sqlq.Bind[ownerParams]("lease_next_expiry", quoted),
+		emittedBehind:    sqlq.Bind[behindParams]("emitted_behind", quoted),
+		emittedWrite:     sqlq.Bind[emittedRows]("emitted_write", quoted),
 	}
 }

@@ -76,5 +76,6 @@ var exportedMetrics = []string{
 // (TestRelaySourceCDC checks them against a scrape).
 var cdcMetrics = []string{
 	"outbox_cdc_streaming", "outbox_cdc_events_read_total", "outbox_cdc_events_published_total", "outbox_cdc_events_left_total",
+	"outbox_cdc_events_emitted_total", "outbox_cdc_events_written_total", "outbox_cdc_messages_refused_total",
 	"outbox_cdc_slot_retained_wal_bytes", "outbox_cdc_slot_unconfirmed_wal_bytes", "outbox_cdc_confirmed_age_seconds", "outbox_cdc_slot_wal_status",
 }
