@@ -112,7 +112,7 @@ func TestEmittedEventsArePublishedWithoutRows(t *testing.T) {
 					if m.AggregateType != full.AggregateType || m.AggregateVersion != 7 || m.EventType != full.EventType ||
 						m.SchemaVersion != 3 || m.Topic != full.Topic || m.Headers["tenant"] != "t1" || m.Headers["x"] != "ü" ||
 						m.ContentType != full.ContentType || !bytes.Equal(m.Payload, full.Payload) || m.TraceParent != full.TraceParent ||
-						m.Attempt != 1 || m.CreatedAt.Before(commitBefore.Add(-time.Second)) || time.Since(m.CreatedAt) > time.Minute {
+						m.Attempt != 1 || m.Seq != 0 || m.CreatedAt.Before(commitBefore.Add(-time.Second)) || time.Since(m.CreatedAt) > time.Minute {
 						t.Fatalf("published %+v, want the fields of %+v, created at its commit", m, full)
 					}
 				default:
@@ -132,13 +132,7 @@ func TestEmittedEventsArePublishedWithoutRows(t *testing.T) {
 				st := s.Stats()
 				return st.Emitted == 401 && st.Published == 401 && st.Written == 0
 			})
-			var end string
-			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
-				t.Fatal(err)
-			}
-			waitUntil(t, 10*time.Second, "the slot confirms past the last event", func() bool {
-				return queryInt(t, pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, s.cfg.Slot, end) == 1
-			})
+			waitConfirmedPastNow(t, pool, s.cfg.Slot)
 		})
 	}
 }

@@ -43,6 +43,33 @@ func newRelay(t *testing.T, pool *pgxpool.Pool, sink outbox.Sink, mode relay.Mod
 	return r
 }
 
+// waitPollingIdle waits until r's polling claims have run (at its start, and the wake-up
+// of a Source's session) and stopped: no new claim for 300ms, on a relay that polls once
+// an hour. A loaded machine can run them late, after a test has written what it means
+// the Source alone to take.
+func waitPollingIdle(t *testing.T, r *relay.Relay) {
+	t.Helper()
+	last, since := r.Stats().Claims, time.Now()
+	waitUntil(t, 20*time.Second, "the relay's polling claims go idle", func() bool {
+		if n := r.Stats().Claims; n != last {
+			last, since = n, time.Now()
+		}
+		return last > 0 && time.Since(since) > 300*time.Millisecond
+	})
+}
+
+// waitConfirmedPastNow waits until slot has confirmed the server's WAL position of now.
+func waitConfirmedPastNow(t *testing.T, pool *pgxpool.Pool, slot string) {
+	t.Helper()
+	var end string
+	if err := pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the slot confirms past the last event", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, slot, end) == 1
+	})
+}
+
 // slotName is a slot of the test's own (slots are the cluster's, tests share it).
 func slotName(t *testing.T, pool *pgxpool.Pool) string {
 	var db string

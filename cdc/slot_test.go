@@ -74,7 +74,7 @@ func TestUnsettledEventsAreReadAgain(t *testing.T) {
 			// the relay's polling claims, woken as the Source started, must have found
 			// the table empty and gone idle (for an hour): the Source alone takes what
 			// comes next
-			time.Sleep(time.Second)
+			waitPollingIdle(t, r1)
 			// before is inside the events' transaction, before its commit; after, once
 			// it committed: the transaction ends between them
 			var before, after string
@@ -91,7 +91,9 @@ func TestUnsettledEventsAreReadAgain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&after); err != nil {
+			// the insert position: pg_current_wal_lsn() is the write position, which an
+			// asynchronous commit (the test clusters') leaves behind the commit record
+			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&after); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -108,7 +110,7 @@ func TestUnsettledEventsAreReadAgain(t *testing.T) {
 					t.Fatalf("the negative control did not confirm the events' transaction (confirmed_flush_lsn %s, before its commit %s)", confirmedFlush(t, pool, slot), before)
 				}
 			} else if queryInt(t, pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`, slot, after) != 1 {
-				t.Fatalf("the slot confirmed the unacknowledged events (confirmed_flush_lsn %s, after their commit %s)", confirmedFlush(t, pool, slot), after)
+				t.Fatalf("the slot confirmed the unacknowledged events (confirmed_flush_lsn %s, after their commit %s; source %+v; relay %+v)", confirmedFlush(t, pool, slot), after, s1.Stats(), r1.Stats())
 			}
 			if err := stopSource(); err != nil {
 				t.Fatal(err)

@@ -234,6 +234,7 @@ func (s *Source) session(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = conn.Close(cctx)
+		s.awaitReleased(cctx)
 	}()
 	if err := s.ensureSlot(ctx, conn); err != nil {
 		return err
@@ -272,6 +273,23 @@ func (s *Source) session(ctx context.Context) error {
 	wg.Go(func() { s.publish(pctx, txns) })
 	defer func() { stop(); wg.Wait() }()
 	return s.read(ctx, conn, txns)
+}
+
+// awaitReleased waits (until ctx is done) for the server to let go of the slot after the
+// replication connection closed: its walsender ends a moment later, and until then the
+// slot is active — a Run that returned would leave a slot nobody could drop or take.
+func (s *Source) awaitReleased(ctx context.Context) {
+	for {
+		st, found, err := s.readSlot(ctx)
+		if err != nil || !found || st.activePID == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // connect opens the replication connection.

@@ -59,13 +59,7 @@ func TestSourcePublishesWhatCommits(t *testing.T) {
 				st := s.Stats()
 				return st.Events == 400 && st.Published == 400
 			})
-			var end string
-			if err := pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
-				t.Fatal(err)
-			}
-			waitUntil(t, 10*time.Second, "the slot confirms past the last event", func() bool {
-				return queryInt(t, pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn >= $2::pg_lsn`, s.cfg.Slot, end) == 1
-			})
+			waitConfirmedPastNow(t, pool, s.cfg.Slot)
 		})
 	}
 }

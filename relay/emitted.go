@@ -66,7 +66,7 @@ func (b *batcher) publishEmitted(ctx context.Context, events []Emitted) (Emitted
 	msgs := make([]outbox.Message, len(events))
 	for i, e := range events {
 		msgs[i] = e.Message
-		msgs[i].Seq = int64(i) // the index stands for the seq it does not have in the outcomes
+		msgs[i].Seq = int64(i) // in the outcomes the index stands for the seq it does not have; the sink gets 0
 		msgs[i].Attempt = max(msgs[i].Attempt, 1)
 	}
 	table, err := b.emittedToTable(ctx, events, msgs)
@@ -177,7 +177,8 @@ func (b *batcher) emittedToTable(ctx context.Context, events []Emitted, msgs []o
 	return table, nil
 }
 
-// publishEmittedNow publishes msgs unless the breaker holds the sink down, waits for
+// publishEmittedNow publishes msgs (their Seq, an index, is sent as 0) unless the
+// breaker holds the sink down, waits for
 // every Publish call (there is no row to hold while a late one runs), and returns what
 // classify decided; with the sink down, nothing (each message then goes to the table
 // untouched).
@@ -185,7 +186,12 @@ func (b *batcher) publishEmittedNow(ctx context.Context, msgs []outbox.Message) 
 	if ok, _ := b.breaker.acquire(time.Now()); !ok {
 		return settlement{}
 	}
-	p, running, err := b.publish(ctx, msgs)
+	sent := make([]outbox.Message, len(msgs)) // as the sink sees them: no seq (no row)
+	for i, m := range msgs {
+		sent[i] = m
+		sent[i].Seq = 0
+	}
+	p, running, err := b.publish(ctx, sent)
 	if running != nil {
 		<-running.done
 		running.cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/sqlq"
@@ -40,6 +41,9 @@ type SeqsResult struct {
 // gap. In ordered mode it claims only in the partitions the relay leases: call it while
 // [Relay.Run] runs. An error (the database, ctx) leaves the remaining seqs unclaimed.
 func (r *Relay) PublishSeqs(ctx context.Context, seqs []int64) (SeqsResult, error) {
+	if r.cfg.Mode == Unordered && r.workers.max > 1 {
+		return r.publishSeqsAtOnce(ctx, seqs)
+	}
 	var out SeqsResult
 	size := r.cfg.BatchSize
 	if r.cfg.Mode == Ordered {
@@ -80,6 +84,56 @@ func (r *Relay) PublishSeqs(ctx context.Context, seqs []int64) (SeqsResult, erro
 	}
 	out.Left = len(seqs) - out.Claimed
 	return out, nil
+}
+
+// publishSeqsAtOnce is PublishSeqs in unordered mode: seqs in chunks of BatchSize, as
+// many batches at once as the relay has workers (no order to keep between them). A chunk
+// runs once; what its claim leaves is the polling claims'.
+func (r *Relay) publishSeqsAtOnce(ctx context.Context, seqs []int64) (SeqsResult, error) {
+	var (
+		mu       sync.Mutex
+		out      SeqsResult
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	slots := make(chan struct{}, r.workers.max)
+	failed := func() bool { mu.Lock(); defer mu.Unlock(); return firstErr != nil }
+	for rest := seqs; len(rest) > 0 && ctx.Err() == nil; {
+		chunk := rest[:min(r.cfg.BatchSize, len(rest))]
+		rest = rest[len(chunk):]
+		slots <- struct{}{}
+		if failed() { // the database failed a batch: the rest stays for the polling claims
+			<-slots
+			break
+		}
+		if ok, _ := r.batches.breaker.acquire(time.Now()); !ok || r.batches.breaker.open() {
+			<-slots
+			r.Wake() // the sink is down: as in PublishSeqs
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			res, err := r.batches.run(ctx, workerShare{index: 0, of: 1}, chunk)
+			if err != nil || res.claimed == 0 {
+				r.batches.breaker.inconclusive()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out.Claimed += res.claimed
+			out.Published += res.published
+			out.Retried += res.retried
+			out.Dead += res.dead
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("relay: publish by seq: %w", err)
+			}
+		})
+	}
+	wg.Wait()
+	if r.batches.breaker.open() {
+		r.Wake()
+	}
+	out.Left = len(seqs) - out.Claimed
+	return out, firstErr
 }
 
 // unorderedSeqClaim holds the parameters of an unordered by-seq claim

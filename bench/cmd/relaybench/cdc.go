@@ -76,16 +76,21 @@ func (b *bench) dropSlot(slot string) {
 
 // cdcBurstRun is one arm of the cdc part's burst.
 type cdcBurstRun struct {
-	mode    relay.Mode
-	cdc     bool
-	res     childResult
-	first   int64         // unix ns stamped before the first COMMIT was sent
-	lastEnd int64         // unix ns of the end of the last COMMIT
-	write   time.Duration // the producer's time for the whole burst
-	txs     []time.Duration
+	mode relay.Mode
+	cdc  bool
+	// tableless: the producer writes with outbox.Writer.Emit (no rows; cdc set)
+	tableless bool
+	res       childResult
+	first     int64         // unix ns stamped before the first COMMIT was sent
+	lastEnd   int64         // unix ns of the end of the last COMMIT
+	write     time.Duration // the producer's time for the whole burst
+	txs       []time.Duration
 }
 
 func (r cdcBurstRun) name() string {
+	if r.tableless {
+		return fmt.Sprintf("CDC table-less %s (outbox.Emit; cdc.Source)", r.mode)
+	}
 	if r.cdc {
 		return fmt.Sprintf("CDC %s (cdc.Source; relay WakeupPoll)", r.mode)
 	}
@@ -99,8 +104,9 @@ func (r cdcBurstRun) drain() time.Duration { return time.Duration(r.res.DoneAt -
 // until it idles, then has the producer write -events events as fast as it can, in
 // transactions of cdcTxEvents on -cdc-writers connections, and returns when the relay
 // has published them all.
-func (b *bench) cdcBurst(ctx context.Context, mode relay.Mode, useCDC bool) (cdcBurstRun, error) {
-	run := cdcBurstRun{mode: mode, cdc: useCDC}
+// With tableless (useCDC too), the producer writes with Writer.Emit: no rows.
+func (b *bench) cdcBurst(ctx context.Context, mode relay.Mode, useCDC, tableless bool) (cdcBurstRun, error) {
+	run := cdcBurstRun{mode: mode, cdc: useCDC, tableless: tableless}
 	if err := resetForRelay(ctx, b.pool, mode); err != nil {
 		return run, err
 	}
@@ -127,6 +133,15 @@ func (b *bench) cdcBurst(ctx context.Context, mode relay.Mode, useCDC bool) (cdc
 	if err != nil {
 		return run, err
 	}
+	writer, err := outbox.NewWriter(&outbox.WriterConfig{Slot: slot})
+	if err != nil {
+		c.kill()
+		return run, err
+	}
+	write := writer.Enqueue
+	if tableless {
+		write = writer.Emit
+	}
 	var next atomic.Int64
 	body := func(ctx context.Context, tx pgx.Tx, _ uuid.UUID, _ *rand.Rand) error {
 		k := int(next.Add(1) - 1)
@@ -136,7 +151,7 @@ func (b *bench) cdcBurst(ctx context.Context, mode relay.Mode, useCDC bool) (cdc
 			// transactions in flight at once do not wait for each other's aggregate locks
 			events[j] = benchdb.Event((k*cdcTxEvents+j)%b.o.aggregates + 1)
 		}
-		return outbox.Enqueue(ctx, outbox.PgxTx(tx), events...)
+		return write(ctx, outbox.PgxTx(tx), events...)
 	}
 	err = c.send("GO")
 	var commits []int64
@@ -155,7 +170,7 @@ func (b *bench) cdcBurst(ctx context.Context, mode relay.Mode, useCDC bool) (cdc
 	if run.res.OrderViolations > 0 {
 		return run, fmt.Errorf("%d per-aggregate order violations", run.res.OrderViolations)
 	}
-	return run, b.checkDrained(ctx, false, txns*cdcTxEvents)
+	return run, b.checkDrained(ctx, tableless, txns*cdcTxEvents) // table-less: no rows
 }
 
 // cdcPaths are the latency paths of the cdc part.
@@ -164,14 +179,15 @@ func (b *bench) cdcPaths() []wakePath {
 		{name: "no relay (the producer alone)", none: true},
 		{name: "polling, default wake-up: Notifier after commit + LISTEN", notifier: true, wakeup: relay.WakeupListen},
 		{name: fmt.Sprintf("CDC: cdc.Source, no Notifier; relay WakeupPoll, PollInterval %s", b.o.cdcPoll), cdc: true, wakeup: relay.WakeupPoll, poll: b.o.cdcPoll},
+		{name: "CDC table-less: outbox.Emit, cdc.Source (as above)", cdc: true, tableless: true, wakeup: relay.WakeupPoll, poll: b.o.cdcPoll},
 	}
 }
 
 func (b *bench) cdc(ctx context.Context) (partReport, error) {
 	var bursts []cdcBurstRun
 	for _, mode := range b.o.modes {
-		for _, useCDC := range []bool{false, true} {
-			r, err := b.cdcBurst(ctx, mode, useCDC)
+		for _, arm := range []struct{ cdc, tableless bool }{{false, false}, {true, false}, {true, true}} {
+			r, err := b.cdcBurst(ctx, mode, arm.cdc, arm.tableless)
 			if err != nil {
 				return partReport{}, fmt.Errorf("burst, %s: %w", r.name(), err)
 			}
@@ -209,6 +225,7 @@ func (b *bench) cdcReport(bursts []cdcBurstRun, lats []latencyResult) partReport
 	p("On one throwaway cluster (`pgtest.StartCluster`: wal_level=logical, with the shared server's settings: %s; the same for every arm), ", strings.Join(slices.Concat(cdcClusterSettings, b.o.cdcSettings), ", "))
 	p("one relay runs in a child process, either polling with the default wake-up (the producer calls `outbox.Notifier.AfterCommit` after each commit, the relay LISTENs) ")
 	p("or with a `cdc.Source` beside it (no Notifier; the relay with `Wakeup: WakeupPoll`, PollInterval %s, so what it publishes came by the slot unless CDC left it). ", b.o.cdcPoll)
+	p("The table-less arms write with `outbox.Writer.Emit` instead of `Enqueue` (the events go into the WAL only; no row unless one cannot be published; their order is commit order, which carries no seq to check here: the `cdc` tests check it). ")
 	p("Each CDC run has a slot and publication of its own, created when the Source starts and dropped after the run.\n\n")
 	p("**Burst.** CDC sees only what commits after its slot exists, so no arm drains a backlog written before it starts: the relay (and the Source) start on an empty, freshly migrated schema and idle; ")
 	p("then the producer writes %d events as fast as it can, %d per transaction (`outbox.Enqueue` of %d consecutive aggregates of %d), on %d connections. ", b.o.events, cdcTxEvents, cdcTxEvents, b.o.aggregates, b.o.cdcWriters)

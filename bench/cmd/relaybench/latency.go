@@ -46,6 +46,9 @@ type wakePath struct {
 	loop     time.Duration // > 0: the plain-SQL follow loop polling this often, not a relay
 	none     bool          // no relay: the producer alone
 	cdc      bool          // a cdc.Source beside the relay, on a slot of its own (part cdc)
+	// tableless: the producer writes with outbox.Writer.Emit, read from the path's slot
+	// (cdc set): no rows
+	tableless bool
 }
 
 // loopPath is the peer every relay path is compared with.
@@ -110,7 +113,7 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 		defer b.dropSlot(slot)
 	}
 	if path.none {
-		ids, _, txs, achieved, err := b.produce(ctx, path, rate)
+		ids, _, txs, achieved, err := b.produce(ctx, path, rate, slot)
 		if err != nil {
 			return latencyResult{}, err
 		}
@@ -123,8 +126,10 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 	if err != nil {
 		return latencyResult{}, err
 	}
-	ids, commits, txs, achieved, err := b.produce(ctx, path, rate)
-	if err == nil {
+	ids, commits, txs, achieved, err := b.produce(ctx, path, rate, slot)
+	if err == nil && path.tableless {
+		err = b.waitConfirmed(ctx, slot) // no rows to count
+	} else if err == nil {
 		err = b.waitPublished(ctx, len(ids))
 	}
 	if err == nil {
@@ -155,7 +160,15 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 // measured from there, as a peer harness does: the event exists for the relay only
 // after the commit, which the relay must not be credited for), and each transaction's
 // duration from BEGIN to the end of COMMIT, sorted.
-func (b *bench) produce(ctx context.Context, path wakePath, rate int) ([]uuid.UUID, []int64, []time.Duration, float64, error) {
+func (b *bench) produce(ctx context.Context, path wakePath, rate int, slot string) ([]uuid.UUID, []int64, []time.Duration, float64, error) {
+	writer, err := outbox.NewWriter(&outbox.WriterConfig{Slot: slot})
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	write := writer.Enqueue
+	if path.tableless {
+		write = writer.Emit
+	}
 	afterCommit := func(context.Context) {}
 	if path.notifier {
 		n, err := outbox.NewNotifier(b.pool, nil)
@@ -171,7 +184,7 @@ func (b *bench) produce(ctx context.Context, path wakePath, rate int) ([]uuid.UU
 		if _, err := tx.Exec(ctx, benchdb.UpdateSQL, 1+rng.IntN(benchdb.Accounts)); err != nil { // the business row
 			return err
 		}
-		return outbox.Enqueue(ctx, outbox.PgxTx(tx), e)
+		return write(ctx, outbox.PgxTx(tx), e)
 	}, afterCommit)
 }
 
@@ -265,6 +278,32 @@ func (b *bench) waitPublished(ctx context.Context, n int) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("only %d of %d events published after 2 minutes", published, n)
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("wait for the relay: %w", err)
+		}
+	}
+}
+
+// waitConfirmed waits until the slot has confirmed the server's position now: the
+// Source confirms only what it has published (or written to the table), so once it has,
+// every event committed before is out (table-less events leave no row to count).
+func (b *bench) waitConfirmed(ctx context.Context, slot string) error {
+	var end string
+	if err := b.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		return fmt.Errorf("read the WAL position: %w", err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var done bool
+		if err := b.pool.QueryRow(ctx, `SELECT coalesce(bool_or(confirmed_flush_lsn >= $2::pg_lsn), false) FROM pg_replication_slots WHERE slot_name = $1`, slot, end).Scan(&done); err != nil {
+			return fmt.Errorf("read the slot's position: %w", err)
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slot %s has not confirmed %s after 2 minutes", slot, end)
 		}
 		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return fmt.Errorf("wait for the relay: %w", err)

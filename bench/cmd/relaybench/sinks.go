@@ -59,7 +59,7 @@ func (s *countingSink) Publish(ctx context.Context, msgs []outbox.Message) []err
 			continue
 		}
 		n++
-		if s.c.order {
+		if s.c.order && msgs[i].Seq != 0 { // an emitted event (table-less) has no seq: the cdc tests check its order
 			k := [2]string{msgs[i].AggregateType, msgs[i].AggregateID}
 			if msgs[i].Seq <= s.c.last[k] {
 				s.c.violations.Add(1)
