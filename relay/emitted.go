@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/emitted"
 )
@@ -220,11 +222,20 @@ func (b *batcher) publishEmittedNow(ctx context.Context, msgs []outbox.Message) 
 	return out
 }
 
-// writeEmitted writes rows to the events table (emitted_write.sql).
+// writeEmitted writes rows to the events table (emitted_write.sql), without JIT as the
+// claims (claimSettings): a statement over thousands of rows is estimated high enough to
+// be compiled, which costs more than it runs.
 func (b *batcher) writeEmitted(ctx context.Context, rows *emittedRows) error {
 	qctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()
-	if _, err := b.pool.Exec(qctx, b.q.emittedWrite.SQL, b.q.emittedWrite.Args(rows)...); err != nil {
+	err := pgx.BeginFunc(qctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(qctx, "SET LOCAL jit = off"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(qctx, b.q.emittedWrite.SQL, b.q.emittedWrite.Args(rows)...)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("relay: write %d emitted events to the table: %w", len(rows.IDs), err)
 	}
 	return nil

@@ -22,7 +22,7 @@ WITH paused AS MATERIALIZED (
     FROM unnest(@aggregate_types::text[], @aggregate_ids::text[]) WITH ORDINALITY AS m(t, i, ord)
 ), aggregates AS (
     SELECT DISTINCT t, i FROM input
-), occupied AS (
+), occupied AS MATERIALIZED (
     SELECT a.t, a.i FROM aggregates a
     WHERE @ordered::bool AND (
         EXISTS (SELECT 1 FROM {{schema}}.events e
@@ -33,9 +33,13 @@ WITH paused AS MATERIALIZED (
                         WHERE e.aggregate_type = a.t AND e.aggregate_id = a.i
                           AND e.dead_at IS NOT NULL AND e.discarded_at IS NULL)))
 )
-SELECT m.ord FROM input m, paused p
+-- a join to occupied, not an EXISTS per event: that plan was estimated at millions (a CTE
+-- scan per event), which had PostgreSQL JIT-compile the statement — 0.4–0.6 s a call
+SELECT m.ord FROM input m
+CROSS JOIN paused p
+LEFT JOIN occupied o ON o.t = m.t AND o.i = m.i
 WHERE p.everything
    OR m.t = ANY(p.types)
    OR ((hashtext(m.t || chr(31) || m.i) & 4095) * p.n / 4096) = ANY(p.parts)
-   OR EXISTS (SELECT 1 FROM occupied o WHERE o.t = m.t AND o.i = m.i)
+   OR o.t IS NOT NULL
 ORDER BY m.ord
