@@ -296,3 +296,46 @@ func TestUnsettledEmittedEventsAreReadAgain(t *testing.T) {
 		})
 	}
 }
+
+// The prefix filter (TESTPLAN #64): a message of another prefix, and a non-transactional
+// message of the schema's, are another tool's and are ignored; a transactional message of
+// the schema's prefix whose content is not the Writer's is refused — logged, counted,
+// never published — and neither stops the Source: the Writer's events around them go out.
+func TestEmittedMessagesOfOtherToolsAreNotEvents(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	sink := &memsink.Sink{}
+	r := newRelay(t, pool, sink, relay.Ordered)
+	s := newSource(t, pool, r, slotName(t, pool))
+	startSource(t, pool, s)
+	ctx := t.Context()
+	emit(t, pool, s.cfg.Slot, []string{"before"}, 1, 1)
+	err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		for _, q := range []string{
+			`SELECT pg_logical_emit_message(true, 'other:outbox', '[{"id":"01a2399b-f407-7431-9d42-90e80d84c886","aggregate_type":"a","aggregate_id":"b","event_type":"c","schema_version":1}]')`,
+			`SELECT pg_logical_emit_message(false, 'outbox:outbox', '[{"id":"01a2399b-f407-7431-9d42-90e80d84c887","aggregate_type":"a","aggregate_id":"nontx","event_type":"c","schema_version":1}]')`,
+			`SELECT pg_logical_emit_message(true, 'outbox:outbox', 'not the Writer''s')`,
+			`SELECT pg_logical_emit_message(true, 'outbox:outbox', '[{"id":"01a2399b-f407-7431-9d42-90e80d84c886","aggregate_type":"","aggregate_id":"b","event_type":"c","schema_version":1}]')`,
+		} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return emitter(t, s.cfg.Slot).Emit(ctx, outbox.PgxTx(tx), outbox.Event{AggregateType: "order", AggregateID: "with", EventType: "order.changed"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	emit(t, pool, s.cfg.Slot, []string{"after"}, 1, 1)
+	msgs := waitDelivered(t, sink, 3, 30*time.Second)
+	for _, m := range msgs {
+		if m.AggregateID != "before" && m.AggregateID != "with" && m.AggregateID != "after" {
+			t.Fatalf("published %+v: not an event of the Writer", m)
+		}
+	}
+	waitUntil(t, 10*time.Second, "the two messages not the Writer's refused", func() bool { return s.Stats().Refused == 2 })
+	time.Sleep(300 * time.Millisecond)
+	if st := s.Stats(); st.Emitted != 3 || st.Refused != 2 || sink.Count() != 3 {
+		t.Fatalf("Stats = %+v, %d delivered: want 3 emitted events read and published, 2 messages refused", st, sink.Count())
+	}
+}
