@@ -108,6 +108,17 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	s.mu.Lock()
 	s.state.stats.SlotCreated = true
 	s.mu.Unlock()
+	var had bool
+	if err := s.pool.QueryRow(ctx, s.hasEventsQuery.SQL).Scan(&had); err != nil {
+		return fmt.Errorf("cdc: read whether %s.events has rows: %w", s.schema, err)
+	}
+	if had {
+		// Loud: not a first start. What the lost slot had not confirmed is backfilled
+		// from the table; what was written table-less and not confirmed is gone.
+		s.log.ErrorContext(ctx, "replication slot missing on a database with events: created a new one (a failover or pg_upgrade loses logical slots); events in the table committed before it are published by the relay's polling claims; events written table-less (outbox.Emit) that the lost slot had not confirmed are lost",
+			slog.String("consistent_point", res.ConsistentPoint))
+		return nil
+	}
 	s.log.WarnContext(ctx, "replication slot created: events committed before its start are published by the relay's polling claims",
 		slog.String("consistent_point", res.ConsistentPoint))
 	return nil

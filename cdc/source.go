@@ -81,6 +81,8 @@ type Source struct {
 
 	slotQuery    sqlq.Statement[slotParams]    // cdc_slot.sql
 	visibleQuery sqlq.Statement[visibleParams] // cdc_visible.sql
+	// hasEventsQuery is cdc_has_events.sql (no parameters)
+	hasEventsQuery sqlq.Statement[struct{}]
 
 	mu    sync.Mutex
 	state state
@@ -158,8 +160,8 @@ func New(pool *pgxpool.Pool, r *relay.Relay, cfg *Config) (*Source, error) {
 	}
 	return &Source{
 		pool: pool, relay: r, cfg: c, schema: rc.Schema, slotQuery: sqlq.Bind[slotParams]("cdc_slot", quoted),
-		visibleQuery: sqlq.Bind[visibleParams]("cdc_visible", quoted),
-		log:          log.With(slog.String("schema", rc.Schema), slog.String("slot", c.Slot)),
+		visibleQuery: sqlq.Bind[visibleParams]("cdc_visible", quoted), hasEventsQuery: sqlq.Bind[struct{}]("cdc_has_events", quoted),
+		log: log.With(slog.String("schema", rc.Schema), slog.String("slot", c.Slot)),
 	}, nil
 }
 

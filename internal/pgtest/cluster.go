@@ -49,6 +49,11 @@ var ErrNoServerBinaries = errors.New("pgtest: no PostgreSQL server binaries (ini
 func findBin() (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
 		if _, err := exec.LookPath("initdb"); err == nil {
+			// the directory of the real binaries, where pg_basebackup is too (a PATH
+			// entry may hold links to a few of them)
+			if real, err := filepath.EvalSymlinks(p); err == nil {
+				p = real
+			}
 			return filepath.Dir(p), nil
 		}
 	}
@@ -79,6 +84,43 @@ func StartCluster(extraSettings ...string) (*Cluster, error) {
 		return nil, err
 	}
 	removeLeftovers()
+	c, err := newCluster(bin)
+	if err != nil {
+		return nil, err
+	}
+	dir, port := c.Dir, c.Port
+	if out, err := c.run("initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--locale=C"); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
+	}
+	settings := []string{
+		"listen_addresses = '127.0.0.1'",
+		fmt.Sprintf("port = %d", port),
+		fmt.Sprintf("unix_socket_directories = '%s'", dir),
+		"fsync = off",
+		"full_page_writes = off",
+		"synchronous_commit = off",
+		"wal_level = logical",
+		"max_wal_senders = 10",
+		"max_replication_slots = 10",
+		"max_connections = 300",
+		"shared_buffers = 64MB",
+		"log_min_messages = warning",
+	}
+	settings = append(settings, extraSettings...)
+	if err := appendSettings(c.dataDir(), settings...); err != nil {
+		return nil, err
+	}
+	if err := c.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+// newCluster makes the directory of a cluster (owned by the postgres user when running
+// as root) and picks its port; nothing is in it yet.
+func newCluster(bin string) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "outbox-pgtest-")
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: make cluster dir: %w", err)
@@ -107,39 +149,52 @@ func StartCluster(extraSettings ...string) (*Cluster, error) {
 		return nil, err
 	}
 	c.Port = port
-	if out, err := c.run("initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--locale=C"); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
-	}
-	settings := []string{
-		"listen_addresses = '127.0.0.1'",
-		fmt.Sprintf("port = %d", port),
-		fmt.Sprintf("unix_socket_directories = '%s'", dir),
-		"fsync = off",
-		"full_page_writes = off",
-		"synchronous_commit = off",
-		"wal_level = logical",
-		"max_wal_senders = 10",
-		"max_replication_slots = 10",
-		"max_connections = 300",
-		"shared_buffers = 64MB",
-		"log_min_messages = warning",
-	}
-	settings = append(settings, extraSettings...)
-	conf := filepath.Join(c.dataDir(), "postgresql.conf")
-	f, err := os.OpenFile(conf, os.O_APPEND|os.O_WRONLY, 0) //nolint:gosec // our own temp dir
+	return c, nil
+}
+
+// StartReplica starts a streaming physical replica of c: a base backup taken over TCP
+// (pg_basebackup -R, no replication slot), with c's settings but a port and socket of its
+// own, following c until [Cluster.Promote].
+func (c *Cluster) StartReplica() (*Cluster, error) {
+	r, err := newCluster(c.bin)
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: open postgresql.conf: %w", err)
-	}
-	_, werr := f.WriteString("\n" + strings.Join(settings, "\n") + "\n")
-	if err := errors.Join(werr, f.Close()); err != nil {
-		return nil, fmt.Errorf("pgtest: write postgresql.conf: %w", err)
-	}
-	if err := c.Start(); err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	return c, nil
+	if out, err := r.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port), "-U", "postgres",
+		"-D", r.dataDir(), "-R", "-X", "stream", "--no-sync"); err != nil {
+		_ = os.RemoveAll(r.Dir)
+		return nil, fmt.Errorf("pgtest: pg_basebackup: %w\n%s", err, out)
+	}
+	// the copy's postgresql.conf has c's port and socket: later lines win
+	if err := appendSettings(r.dataDir(), fmt.Sprintf("port = %d", r.Port), fmt.Sprintf("unix_socket_directories = '%s'", r.Dir)); err != nil {
+		return nil, err
+	}
+	if err := r.Start(); err != nil {
+		_ = os.RemoveAll(r.Dir)
+		return nil, err
+	}
+	return r, nil
+}
+
+// Promote makes a replica a primary (pg_ctl promote) and returns once it accepts writes.
+func (c *Cluster) Promote() error {
+	if out, err := c.run("pg_ctl", "promote", "-w", "-D", c.dataDir()); err != nil {
+		return fmt.Errorf("pgtest: promote: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// appendSettings appends lines to the postgresql.conf of the data directory dataDir.
+func appendSettings(dataDir string, lines ...string) error {
+	f, err := os.OpenFile(filepath.Join(dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0) //nolint:gosec // our own temp dir
+	if err != nil {
+		return fmt.Errorf("pgtest: open postgresql.conf: %w", err)
+	}
+	_, werr := f.WriteString("\n" + strings.Join(lines, "\n") + "\n")
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return fmt.Errorf("pgtest: write postgresql.conf: %w", err)
+	}
+	return nil
 }
 
 func (c *Cluster) dataDir() string { return filepath.Join(c.Dir, "data") }
