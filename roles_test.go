@@ -252,6 +252,25 @@ func enqueueAsWriter(ctx context.Context, t *testing.T, pool, admin *pgxpool.Poo
 	if err != nil {
 		t.Fatalf("raw-SQL write as outbox_writer: %v", err)
 	}
+	// Table-less: Emit reads pg_replication_slots and writes a logical decoding message,
+	// both open to any role; no row.
+	var slot string
+	if err := admin.QueryRow(ctx, `SELECT 'roles_' || md5(current_database())`).Scan(&slot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot) })
+	emitter, err := outbox.NewWriter(&outbox.WriterConfig{Slot: slot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		return emitter.Emit(ctx, outbox.PgxTx(tx), ev("o-5", 0))
+	}); err != nil {
+		t.Fatalf("Emit as outbox_writer: %v", err)
+	}
 	rows, err := admin.Query(ctx, `SELECT id FROM outbox.events ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)
