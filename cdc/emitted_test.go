@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -337,5 +338,87 @@ func TestEmittedMessagesOfOtherToolsAreNotEvents(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if st := s.Stats(); st.Emitted != 3 || st.Refused != 2 || sink.Count() != 3 {
 		t.Fatalf("Stats = %+v, %d delivered: want 3 emitted events read and published, 2 messages refused", st, sink.Count())
+	}
+}
+
+// Large table-less transactions are streamed before their commit too (logical_decoding_work_mem
+// at 64 kB): the events of a subtransaction rolled back inside one that commits, and of a
+// transaction that aborts, are never published; the rest is, in full, in order, with no
+// row; and their created_at is the commit's.
+func TestStreamedEmittedTransactions(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	var db string
+	if err := pool.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET logical_decoding_work_mem = '64kB'"); err != nil {
+		t.Fatal(err)
+	}
+	sink := &memsink.Sink{}
+	r := newRelay(t, pool, sink, relay.Ordered)
+	s := newSource(t, pool, r, slotName(t, pool))
+	startSource(t, pool, s)
+	w := emitter(t, s.cfg.Slot)
+	events := func(prefix string, n, version int) []outbox.Event {
+		out := make([]outbox.Event, n)
+		for i := range out {
+			out[i] = outbox.Event{
+				AggregateType: "order", AggregateID: fmt.Sprintf("%s%d", prefix, i), EventType: "order.changed",
+				AggregateVersion: int64(version), Payload: []byte(`{"n":1}`),
+			}
+		}
+		return out
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 { // 3,000 events in 10 messages, rolled back
+		if err := w.Emit(ctx, outbox.PgxTx(tx), events("aborted", 300, 1)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = outbox.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		for v := 1; v <= 10; v++ { // 5,000 events in 10 messages, each aggregate in version order
+			if err := w.Emit(ctx, outbox.PgxTx(tx), events("big", 500, v)...); err != nil {
+				return err
+			}
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := w.Emit(ctx, outbox.PgxTx(sp), events("savepoint", 500, 1)...); err != nil {
+			return err
+		}
+		return sp.Rollback(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := waitDelivered(t, sink, 5000, 2*time.Minute)
+	checkOrder(t, msgs)
+	for _, m := range msgs {
+		if !strings.HasPrefix(m.AggregateID, "big") {
+			t.Fatalf("published %s: an event of a rolled-back (sub)transaction", m.AggregateID)
+		}
+		if m.CreatedAt.IsZero() || time.Since(m.CreatedAt) > time.Minute {
+			t.Fatalf("created_at %v, want the commit's", m.CreatedAt)
+		}
+	}
+	if streamed := queryInt(t, pool, `SELECT coalesce(sum(stream_txns), 0) FROM pg_stat_replication_slots WHERE slot_name = $1`, s.cfg.Slot); streamed == 0 {
+		t.Fatal("no transaction was streamed: the test did not test streaming")
+	}
+	waitUntil(t, 10*time.Second, "5,000 emitted events read and published", func() bool {
+		st := s.Stats()
+		return st.Emitted == 5000 && st.Published == 5000
+	})
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events`); n != 0 {
+		t.Fatalf("%d rows, want none", n)
 	}
 }

@@ -60,6 +60,10 @@ var ErrSlotLost = errors.New("cdc: replication slot lost")
 // errSlotBusy: another reader holds the slot.
 var errSlotBusy = errors.New("cdc: replication slot is active for another reader")
 
+// errStreamAgain ends a session read without streaming once it has confirmed the
+// transaction that made it read so (Source.unstreamed): the next one streams again.
+var errStreamAgain = errors.New("cdc: streaming again")
+
 // errPublicationGap: the stream reached WAL written while the publication did not
 // exist (it was dropped and created again), which pgoutput cannot decode: it fails on it
 // on every start.
@@ -86,6 +90,14 @@ type Source struct {
 
 	mu    sync.Mutex
 	state state
+
+	// unstreamed, when set, has sessions read without streaming: the transaction whose
+	// stream turned out ambiguous (errAmbiguousStream); unstreamedEnd is its end once a
+	// session read it whole. Streaming resumes once that is confirmed and nothing is in
+	// flight (a transaction that aborts whole is never read: streaming stays off until
+	// the process restarts). Guarded by mu.
+	unstreamed    uint32
+	unstreamedEnd pglogrepl.LSN
 }
 
 // state is what the Source's two goroutines share: the reader (the replication
@@ -207,6 +219,17 @@ func (s *Source) Run(ctx context.Context) error {
 			s.log.InfoContext(ctx, "replication slot held by another reader: waiting", slog.Duration("retry_in", delay))
 		case errors.Is(err, errPublicationGap):
 			s.skipGap(ctx, err)
+		case errors.Is(err, errAmbiguousStream):
+			var ae *ambiguousStreamError
+			if errors.As(err, &ae) {
+				s.mu.Lock()
+				s.unstreamed, s.unstreamedEnd = ae.xid, 0
+				s.mu.Unlock()
+			}
+			s.log.WarnContext(ctx, "reading the transaction again without streaming", slog.Any("error", err))
+			continue // at once: nothing was confirmed past the transaction
+		case errors.Is(err, errStreamAgain):
+			continue
 		default:
 			s.log.WarnContext(ctx, "replication session ended", slog.Any("error", err), slog.Duration("retry_in", delay))
 		}
@@ -241,10 +264,16 @@ func (s *Source) session(ctx context.Context) error {
 	if err := s.ensureSlot(ctx, conn); err != nil {
 		return err
 	}
+	streaming := "on"
+	s.mu.Lock()
+	if s.unstreamed != 0 {
+		streaming = "off"
+	}
+	s.mu.Unlock()
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
-			"proto_version '2'", "publication_names '" + s.cfg.Slot + "'", "streaming 'on'", "messages 'true'",
+			"proto_version '2'", "publication_names '" + s.cfg.Slot + "'", "streaming '" + streaming + "'", "messages 'true'",
 		},
 	})
 	if err != nil {
@@ -294,6 +323,19 @@ func (s *Source) awaitReleased(ctx context.Context) {
 	}
 }
 
+// streamAgain reports whether a session read without streaming has confirmed the
+// transaction that made it (unstreamed) with nothing else in flight, and forgets it
+// then: the next session streams again.
+func (s *Source) streamAgain() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unstreamed == 0 || s.unstreamedEnd == 0 || s.state.confirmed < s.unstreamedEnd || s.state.inflight != 0 {
+		return false
+	}
+	s.unstreamed, s.unstreamedEnd = 0, 0
+	return true
+}
+
 // connect opens the replication connection.
 func (s *Source) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	cc := s.pool.Config().ConnConfig.Config.Copy()
@@ -321,6 +363,10 @@ func (s *Source) read(ctx context.Context, conn *pgconn.PgConn, txns chan<- *txn
 			}
 			if err := s.look(ctx); err != nil {
 				return err
+			}
+			if s.streamAgain() {
+				s.finalStatus(conn)
+				return errStreamAgain
 			}
 			nextStatus = now.Add(s.cfg.StatusInterval)
 		}
@@ -383,6 +429,9 @@ func (s *Source) read(ctx context.Context, conn *pgconn.PgConn, txns chan<- *txn
 // connection out while a slow batch runs).
 func (s *Source) hand(ctx context.Context, conn *pgconn.PgConn, txns chan<- *txn, t *txn) error {
 	s.mu.Lock()
+	if s.unstreamed != 0 && t.xid == s.unstreamed {
+		s.unstreamedEnd = t.end // read whole: streaming resumes once it is confirmed
+	}
 	if t.events() > 0 {
 		s.state.stats.Transactions++
 		s.state.stats.Events += int64(t.events())

@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -30,6 +31,20 @@ type item struct {
 
 // events counts t's events.
 func (t *txn) events() int { return len(t.items) }
+
+// errAmbiguousStream ends a session whose stream rolled back a subtransaction of a
+// transaction that has emitted events streamed: the Source reads the transaction again
+// without streaming, where PostgreSQL drops the subtransaction's messages itself.
+var errAmbiguousStream = errors.New("cdc: a streamed transaction rolled back a subtransaction after emitting events")
+
+// ambiguousStreamError is errAmbiguousStream for the transaction xid.
+type ambiguousStreamError struct{ xid, subXid uint32 }
+
+func (e *ambiguousStreamError) Error() string {
+	return fmt.Sprintf("%v: transaction %d rolled back subtransaction %d", errAmbiguousStream, e.xid, e.subXid)
+}
+
+func (e *ambiguousStreamError) Unwrap() error { return errAmbiguousStream }
 
 // streamed is an event of a transaction streamed before its commit (protocol 2), with
 // the (sub)transaction that wrote it; ev's CreatedAt is set at the commit.
@@ -144,6 +159,14 @@ func (d *decoder) decode(data []byte, refuse func(error)) (*txn, error) {
 		if m.SubXid == m.Xid || m.SubXid == 0 {
 			delete(d.streams, m.Xid)
 			return nil, nil
+		}
+		for _, s := range d.streams[m.Xid] {
+			if s.ev != nil {
+				// PostgreSQL streams a logical decoding message under its top-level
+				// transaction's xid, so which emitted events the rolled-back
+				// subtransaction wrote cannot be told: read it again unstreamed.
+				return nil, &ambiguousStreamError{xid: m.Xid, subXid: m.SubXid}
+			}
 		}
 		// a subtransaction rolled back: its inserts only
 		kept := d.streams[m.Xid][:0]
