@@ -3,6 +3,7 @@ package outboxotel
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -56,6 +57,7 @@ func NewSink(next outbox.Sink, cfg *Config) outbox.Sink {
 		tracer:      c.TracerProvider.Tracer(instrumentationName, trace.WithInstrumentationVersion(Version)),
 		system:      c.System,
 		destination: c.Destination,
+		names:       nameCache{operation: "publish"},
 	}
 }
 
@@ -66,45 +68,62 @@ type tracingSink struct {
 	tracer      trace.Tracer
 	system      string
 	destination func(outbox.Message) string
+	names       nameCache
 }
 
 func (s *tracingSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	if len(msgs) == 0 {
 		return s.next.Publish(ctx, msgs)
 	}
-	var spans []trace.Span
-	var attrs []attribute.KeyValue // one buffer for every span of the call
-	var out []outbox.Message       // a copy of msgs, made at the first traceparent that changes
+	var (
+		spans  []trace.Span
+		parent trace.SpanContext
+		pctx   context.Context
+		opts   []trace.SpanStartOption
+		attrs  []attribute.KeyValue // one buffer for every span of the call (the SDK copies it)
+		out    []outbox.Message     // a copy of msgs, made at the first traceparent that changes
+		// text holds the strings the spans and the copy of msgs get (the messages' ids,
+		// the spans' traceparents), cut out of one buffer: one allocation for the call,
+		// not two for each message.
+		text    strings.Builder
+		scratch [traceparentLen]byte
+	)
 	for i := range msgs {
 		m := &msgs[i]
-		parent := spanContextOf(m.TraceParent)
-		dest := s.destinationOf(m)
-		pctx, opts := startOptions(ctx, trace.SpanKindProducer, parent, true)
-		_, span := s.tracer.Start(pctx, spanName("publish", dest, m), opts...)
-		if i == 0 && isNoop(span, parent) {
-			// A no-op tracer (no provider installed): it hands back the parent's span
-			// context and records nothing, for every message alike. Pass msgs on as
-			// they are.
-			return s.next.Publish(ctx, msgs)
+		// Messages of one producer's transaction share a traceparent: the context that
+		// carries it as the parent is made once for a run of them.
+		if p := spanContextOf(m.TraceParent); i == 0 || !p.Equal(parent) {
+			parent = p
+			pctx, opts = startOptions(ctx, trace.SpanKindProducer, parent, true)
 		}
-		if spans == nil {
+		dest := s.destinationOf(m)
+		_, span := s.tracer.Start(pctx, s.names.of(spanSuffix(dest, m)), opts...)
+		if i == 0 {
+			if isNoop(span, parent) {
+				// A no-op tracer (no provider installed): it hands back the parent's span
+				// context and records nothing, for every message alike. Pass msgs on as
+				// they are.
+				return s.next.Publish(ctx, msgs)
+			}
 			spans = make([]trace.Span, len(msgs))
+			text.Grow(len(msgs) * (uuidLen + traceparentLen))
 		}
 		spans[i] = span
 		if span.IsRecording() {
+			id := cut(&text, appendUUID(scratch[:0], m.ID))
 			attrs = append(attrs[:0], publishOperation, semconv.MessagingOperationTypeSend)
-			attrs = appendMessageAttributes(attrs, s.system, dest, m)
+			attrs = appendMessageAttributes(attrs, s.system, dest, id, m)
 			span.SetAttributes(attrs...)
 		}
 		sc := span.SpanContext()
 		if !sc.IsValid() || sc.Equal(parent) {
 			continue
 		}
-		if tp := formatSpanContext(sc); tp != m.TraceParent {
+		if tp := appendSpanContext(scratch[:0], sc); string(tp) != m.TraceParent {
 			if out == nil {
 				out = slices.Clone(msgs)
 			}
-			out[i].TraceParent = tp
+			out[i].TraceParent = cut(&text, tp)
 		}
 	}
 	send := msgs
@@ -119,6 +138,14 @@ func (s *tracingSink) Publish(ctx context.Context, msgs []outbox.Message) []erro
 		span.End()
 	}
 	return errs
+}
+
+// cut appends b to text and returns it as a string that shares text's buffer (a
+// Builder only appends, so the bytes of a string it returned never change).
+func cut(text *strings.Builder, b []byte) string {
+	n := text.Len()
+	text.Write(b)
+	return text.String()[n:]
 }
 
 // isNoop reports whether span, started with parent as its parent, is a no-op tracer's:

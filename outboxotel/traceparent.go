@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox"
@@ -27,6 +28,12 @@ func TraceParent(ctx context.Context) string {
 // is not carried: the outbox stores the traceparent alone).
 func formatSpanContext(sc trace.SpanContext) string {
 	var buf [traceparentLen]byte
+	return string(appendSpanContext(buf[:0], sc))
+}
+
+// appendSpanContext appends the version-00 traceparent of a valid sc to dst.
+func appendSpanContext(dst []byte, sc trace.SpanContext) []byte {
+	var buf [traceparentLen]byte
 	tid, sid := sc.TraceID(), sc.SpanID()
 	buf[0], buf[1], buf[2] = '0', '0', '-'
 	hex.Encode(buf[3:35], tid[:])
@@ -34,7 +41,25 @@ func formatSpanContext(sc trace.SpanContext) string {
 	hex.Encode(buf[36:52], sid[:])
 	buf[52] = '-'
 	hex.Encode(buf[53:55], []byte{byte(sc.TraceFlags())})
-	return string(buf[:])
+	return append(dst, buf[:]...)
+}
+
+// uuidLen is the length of a UUID's canonical text form.
+const uuidLen = 36
+
+// appendUUID appends id in its canonical form (as [uuid.UUID.String]) to dst.
+func appendUUID(dst []byte, id uuid.UUID) []byte {
+	var buf [uuidLen]byte
+	hex.Encode(buf[0:8], id[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], id[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], id[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], id[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:36], id[10:16])
+	return append(dst, buf[:]...)
 }
 
 // Inject sets ev.TraceParent to the traceparent of the span in ctx, when there is one,
