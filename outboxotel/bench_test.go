@@ -33,7 +33,8 @@ func (discardExporter) Shutdown(context.Context) error                          
 // messages (each with a traceparent) to a sink that only counts, bare, wrapped over a
 // no-op TracerProvider, and wrapped over an SDK provider sampling every span (batch
 // processor, discarding exporter): all messages of one producer span, each of its own
-// (sdk-distinct), or of a producer span that was not sampled.
+// (sdk-distinct), or of a producer span that was not sampled; and with SpanPerCall, one
+// span a call linked to the messages' distinct producers (sdk-per-call).
 func BenchmarkSinkPublish(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -67,6 +68,7 @@ func BenchmarkSinkPublish(b *testing.B) {
 		{"noop", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: noop.NewTracerProvider()}), msgs},
 		{"sdk", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: tp, System: "bench"}), msgs},
 		{"sdk-distinct", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: tp, System: "bench"}), distinct},
+		{"sdk-per-call", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: tp, System: "bench", Spans: outboxotel.SpanPerCall}), distinct},
 		{"sdk-unsampled", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: tp, System: "bench"}), unsampled},
 	} {
 		b.Run(c.name, func(b *testing.B) {

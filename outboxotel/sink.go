@@ -28,6 +28,16 @@ type Config struct {
 	// stream or queue the sink routes it to. Default: the message's Topic when it is set,
 	// none otherwise. It must be quick and must not keep msg.
 	Destination func(msg outbox.Message) string
+	// Spans is how many spans the sink records: [SpanPerMessage] (the default, one a
+	// message, each a child of its producer's span and the parent of its consumer's) or
+	// [SpanPerCall] (one a Publish call, linked to the messages' producer spans; a
+	// fraction of the cost when every trace is sampled, but no per-event outcome).
+	Spans SpanMode
+	// MaxLinks is, with [SpanPerCall], the most links a send span gets; the messages
+	// past it are counted in [AttrBatchUnlinkedCount]. Default [DefaultMaxLinks] (128,
+	// the SDK's default LinkCountLimit, which drops links past it too: raise both
+	// together, with sdktrace.WithRawSpanLimits). Negative: no links.
+	MaxLinks int
 }
 
 // NewSink returns a Sink that traces every message it passes to next. It keeps the
@@ -41,7 +51,14 @@ type Config struct {
 // that span's, so the consumer's spans are children of the publish span. The span lasts
 // the Publish call, and a failed result sets its status to Error with error.type one of
 // the ErrorType constants. Spans carry the event's id, type, aggregate, seq and attempt
-// (see the Attr constants), never its payload or headers.
+// (see the Attr constants), never its payload or headers. That is [SpanPerMessage], the
+// default.
+//
+// With [Config.Spans] set to [SpanPerCall] it starts one span of kind Producer named
+// "send <destination>" (or "send" when the messages have different ones) for each call,
+// a child of the span in ctx or a new trace's root, with messaging.batch.message_count
+// and a link to each message's TraceParent; next gets msgs as they are, with ctx
+// carrying the send span. See [SpanPerCall] for what it records and what it does not.
 //
 // With a no-op TracerProvider the messages go to next as they are, with no copy.
 func NewSink(next outbox.Sink, cfg *Config) outbox.Sink {
@@ -52,9 +69,20 @@ func NewSink(next outbox.Sink, cfg *Config) outbox.Sink {
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
+	tracer := c.TracerProvider.Tracer(instrumentationName, trace.WithInstrumentationVersion(Version))
+	if c.Spans == SpanPerCall {
+		maxLinks := c.MaxLinks
+		if maxLinks == 0 {
+			maxLinks = DefaultMaxLinks
+		}
+		return &callSink{
+			next: next, tracer: tracer, system: c.System, destination: c.Destination,
+			maxLinks: max(maxLinks, 0), names: nameCache{operation: "send"},
+		}
+	}
 	return &tracingSink{
 		next:        next,
-		tracer:      c.TracerProvider.Tracer(instrumentationName, trace.WithInstrumentationVersion(Version)),
+		tracer:      tracer,
 		system:      c.System,
 		destination: c.Destination,
 		names:       nameCache{operation: "publish"},

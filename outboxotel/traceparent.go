@@ -100,9 +100,8 @@ func spanContextOf(tp string) trace.SpanContext {
 // decodeLower decodes lowercase hex s into dst (len(s) == 2*len(dst)).
 func decodeLower(dst []byte, s string) bool {
 	for i := range dst {
-		hi, ok1 := nibble(s[2*i])
-		lo, ok2 := nibble(s[2*i+1])
-		if !ok1 || !ok2 {
+		hi, lo := hexValue[s[2*i]], hexValue[s[2*i+1]]
+		if (hi|lo)&invalidHex != 0 {
 			return false
 		}
 		dst[i] = hi<<4 | lo
@@ -110,15 +109,23 @@ func decodeLower(dst []byte, s string) bool {
 	return true
 }
 
-func nibble(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
+// invalidHex marks, in hexValue, a byte that is not a lowercase hex digit (a digit's
+// value has no bit of it).
+const invalidHex = 0xf0
+
+// hexValue is the value of each lowercase hex digit, invalidHex for any other byte.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = invalidHex
 	}
-	return 0, false
-}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+	}
+	return t
+}()
 
 // ContextFromMessage returns ctx carrying the span context of msg.TraceParent as a
 // remote parent, so spans started from it are children of the span that published the
