@@ -2,7 +2,11 @@ package observe_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"math"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,26 +56,48 @@ type arm struct {
 	relay   *relay.Relay
 	counter *countSink
 	want    int64
-	took    time.Duration
+	rounds  []round // one a drain counted
 	// sampledEvery: one event in sampledEvery has a sampled traceparent (flags 01), the
 	// others an unsampled one (00): producers sampling 1/sampledEvery of their traces.
 	sampledEvery int
 }
 
+// round is what one drain of an arm took: wall time, and the CPU time of this process
+// (every arm's relay, the idle ones too) and of the database cluster.
+type round struct {
+	took time.Duration
+	cpu  cpuTime
+}
+
+// tracing is how an arm traces: not at all, or through outboxotel.NewSink in one of its
+// span modes.
+type tracing int
+
+const (
+	noTracing tracing = iota
+	perMessage
+	perCall
+)
+
 // newArm starts a relay (ordered mode, the defaults) over a fresh database. Metrics: an
 // outboxprom.Metrics as its Observer, its gauges refreshed by Run (the default 10 s
 // interval) and gathered every second, as a busy Prometheus would scrape. Tracing: its
-// sink wrapped in outboxotel.NewSink over an SDK TracerProvider (parent-based sampler,
-// every producer sampled, batch span processor, an exporter that discards).
-func newArm(b *testing.B, name string, metrics, tracing bool, sampledEvery int) *arm {
+// sink wrapped in outboxotel.NewSink (a span a message, or a span a Publish call) over
+// an SDK TracerProvider (parent-based sampler, batch span processor, an exporter that
+// discards).
+func newArm(b *testing.B, name string, metrics bool, tr tracing, sampledEvery int) *arm {
 	a := &arm{name: name, pool: pgtest.Pool(b), counter: &countSink{}, sampledEvery: sampledEvery}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	var sink outbox.Sink = a.counter
-	if tracing {
+	if tr != noTracing {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		sink = outboxotel.NewSink(a.counter, &outboxotel.Config{TracerProvider: tp, System: "bench"})
+		mode := outboxotel.SpanPerMessage
+		if tr == perCall {
+			mode = outboxotel.SpanPerCall
+		}
+		sink = outboxotel.NewSink(a.counter, &outboxotel.Config{TracerProvider: tp, System: "bench", Spans: mode})
 	}
 	cfg := &relay.Config{
 		Wakeup: relay.WakeupPoll, PollInterval: drainPoll, FallbackPollInterval: drainPoll,
@@ -115,13 +141,14 @@ func newArm(b *testing.B, name string, metrics, tracing bool, sampledEvery int) 
 			}
 		}()
 	}
-	a.drain(b) // not counted: the first drain also takes the leases and warms the caches
+	a.drain(b, nil) // not counted: the first drain also takes the leases and warms the caches
 	return a
 }
 
 // drain writes drainEvents events (one INSERT, not timed), wakes the relay and returns
-// how long it took until the sink had counted them all.
-func (a *arm) drain(b *testing.B) time.Duration {
+// how long it took until the sink had counted them all, and the CPU time clock (if not
+// nil) saw used meanwhile.
+func (a *arm) drain(b *testing.B, clock *cpuClock) round {
 	ctx := context.Background()
 	if _, err := a.pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload, trace_parent)
 		SELECT gen_random_uuid(), 'order', (g % 1000)::text, 'order.created', '{"n": 1}',
@@ -131,6 +158,10 @@ func (a *arm) drain(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	a.want += drainEvents
+	var cpu0 cpuTime
+	if clock != nil {
+		cpu0 = clock.now()
+	}
 	start := time.Now()
 	a.relay.Wake()
 	for a.counter.n.Load() < a.want {
@@ -139,37 +170,108 @@ func (a *arm) drain(b *testing.B) time.Duration {
 			b.Fatalf("%s drained %d of %d in a minute", a.name, a.counter.n.Load(), a.want)
 		}
 	}
-	return time.Since(start)
+	r := round{took: time.Since(start)}
+	if clock != nil {
+		r.cpu = clock.now().sub(cpu0)
+	}
+	return r
 }
 
-// BenchmarkObservabilityAB: five relays on five databases of the same PostgreSQL —
-// nothing on, metrics on, tracing on (every producer sampled), both, and both with
-// producers sampling one trace in ten — each draining drainEvents events per iteration,
-// one after another in rotating order, so the machine's load falls on all alike. It
-// reports each arm's events/s and its ratio to the arm with nothing on.
+// BenchmarkObservabilityAB: seven relays on seven databases of the same PostgreSQL —
+// nothing on; metrics on; tracing a span a message (every producer sampled); tracing a
+// span a Publish call (outboxotel.SpanPerCall); metrics with each kind of tracing; and
+// metrics with a span a message when producers sample one trace in ten — each draining
+// drainEvents events per iteration (a round), one after another in rotating order, so
+// the machine's load falls on all alike.
 //
-//	cd bench && go test -run '^$' -bench BenchmarkObservabilityAB -benchtime 10x ./observe/
+// Throughput on two shared cores moves by ±15 % between arms of one round, more than
+// the 3 % the tracing may cost, so besides each arm's events/s it reports CPU time an
+// event, which the machine's other work moves much less: this process's (the relays;
+// getrusage) and the database cluster's (/proc), read around each drain. Each is given
+// as the median, over the rounds, of the ratio to the arm with nothing on in the same
+// round, with the quartiles of those ratios. The idle relays' polling is counted in
+// every arm alike.
+//
+//	cd bench && go test -run '^$' -bench BenchmarkObservabilityAB -benchtime 20x ./observe/
 func BenchmarkObservabilityAB(b *testing.B) {
 	arms := []*arm{
-		newArm(b, "off", false, false, 1),
-		newArm(b, "metrics", true, false, 1),
-		newArm(b, "tracing", false, true, 1),
-		newArm(b, "metrics+tracing", true, true, 1),
-		newArm(b, "metrics+tracing-10%", true, true, 10),
+		newArm(b, "off", false, noTracing, 1),
+		newArm(b, "metrics", true, noTracing, 1),
+		newArm(b, "tracing", false, perMessage, 1),
+		newArm(b, "tracing-per-call", false, perCall, 1),
+		newArm(b, "metrics+tracing", true, perMessage, 1),
+		newArm(b, "metrics+tracing-per-call", true, perCall, 1),
+		newArm(b, "metrics+tracing-10%", true, perMessage, 10),
 	}
+	clock := newCPUClock()
 	i := 0
 	for b.Loop() {
 		for k := range arms {
 			a := arms[(i+k)%len(arms)]
-			a.took += a.drain(b)
+			a.rounds = append(a.rounds, a.drain(b, clock))
 		}
 		i++
 	}
-	rate := func(a *arm) float64 { return float64(i*drainEvents) / a.took.Seconds() }
-	for k, a := range arms {
-		b.ReportMetric(rate(a), a.name+"-events/s")
-		if k > 0 {
-			b.ReportMetric(rate(a)/rate(arms[0]), a.name+"/off")
-		}
+	b.StopTimer()
+	report(b, arms, clock.hasDB())
+}
+
+// report prints a table of the arms' throughput and CPU time an event, and reports the
+// medians of their ratios to the first arm's as the benchmark's metrics.
+func report(b *testing.B, arms []*arm, hasDB bool) {
+	off := arms[0]
+	n := len(off.rounds)
+	perEvent := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / drainEvents }
+	measures := []struct {
+		name string
+		of   func(r round) float64
+	}{
+		{"events/s", func(r round) float64 { return drainEvents / r.took.Seconds() }},
+		{"relay-cpu", func(r round) float64 { return perEvent(r.cpu.relay) }},
+		{"db-cpu", func(r round) float64 { return perEvent(r.cpu.db) }},
+		{"cpu", func(r round) float64 { return perEvent(r.cpu.relay + r.cpu.db) }},
 	}
+	if !hasDB {
+		measures = measures[:2]
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%d rounds of %d events an arm; CPU in µs an event; ratio to off: median of the rounds' [quartiles]\n", n, drainEvents)
+	fmt.Fprintf(&out, "%-26s", "arm")
+	for _, m := range measures {
+		fmt.Fprintf(&out, " %10s %-22s", m.name, "ratio")
+	}
+	out.WriteString("\n")
+	for _, a := range arms {
+		fmt.Fprintf(&out, "%-26s", a.name)
+		for _, m := range measures {
+			var total float64
+			ratios := make([]float64, n)
+			for k := range n {
+				v := m.of(a.rounds[k])
+				total += v
+				ratios[k] = v / m.of(off.rounds[k])
+			}
+			slices.Sort(ratios)
+			med := quantile(ratios, 0.5)
+			fmt.Fprintf(&out, " %10.2f %.3f [%.3f, %.3f]    ", total/float64(n), med, quantile(ratios, 0.25), quantile(ratios, 0.75))
+			if a != off {
+				b.ReportMetric(med, a.name+"-"+strings.TrimSuffix(m.name, "/s")+"/off")
+			}
+		}
+		out.WriteString("\n")
+	}
+	fmt.Print(out.String())
+}
+
+// quantile returns the q quantile of sorted (linear between the nearest ranks).
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	pos := q * float64(len(sorted)-1)
+	lo := int(pos)
+	if lo+1 >= len(sorted) {
+		return sorted[lo]
+	}
+	return sorted[lo] + (pos-float64(lo))*(sorted[lo+1]-sorted[lo])
 }
