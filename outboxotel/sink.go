@@ -54,11 +54,12 @@ type Config struct {
 // (see the Attr constants), never its payload or headers. That is [SpanPerMessage], the
 // default.
 //
-// With [Config.Spans] set to [SpanPerCall] it starts one span of kind Producer named
-// "send <destination>" (or "send" when the messages have different ones) for each call,
-// a child of the span in ctx or a new trace's root, with messaging.batch.message_count
-// and a link to each message's TraceParent; next gets msgs as they are, with ctx
-// carrying the send span. See [SpanPerCall] for what it records and what it does not.
+// With [Config.Spans] set to [SpanPerCall] it starts one span of kind Producer for each
+// call, named "send <destination>" ("send <event type>" when the messages have no
+// destination and one event type, "send" when they differ), a child of the span in ctx
+// or a new trace's root, with messaging.batch.message_count and a link to each
+// message's TraceParent; next gets msgs as they are, with ctx carrying the send span.
+// See [SpanPerCall] for what it records and what it does not.
 //
 // With a no-op TracerProvider the messages go to next as they are, with no copy.
 func NewSink(next outbox.Sink, cfg *Config) outbox.Sink {

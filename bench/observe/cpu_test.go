@@ -17,9 +17,9 @@ type cpuTime struct{ relay, db time.Duration }
 func (c cpuTime) sub(o cpuTime) cpuTime { return cpuTime{c.relay - o.relay, c.db - o.db} }
 
 // cpuClock reads cpuTime. The relay's comes from getrusage (microseconds); the
-// cluster's from /proc: the postmaster's own and reaped children's ticks, and those of
-// its live children (backends, autovacuum, the WAL writer), so a backend that exits
-// between two readings keeps its time.
+// cluster's from /proc: the run time of the postmaster and its live children (backends,
+// autovacuum, the WAL writer; schedstat, nanoseconds) and the CPU ticks of its reaped
+// children (a process that exits between two readings moves from the one to the other).
 type cpuClock struct {
 	postmaster int // 0: no cluster of ours
 	tick       time.Duration
@@ -51,25 +51,40 @@ func (c *cpuClock) now() cpuTime {
 		return t
 	}
 	pm := strconv.Itoa(c.postmaster)
-	ticks := processTicks(pm)
+	// The live processes' run time in nanoseconds (schedstat; every PostgreSQL process
+	// has one thread), the reaped ones' in ticks (only the postmaster's cutime and
+	// cstime have them).
+	t.db = runTime(pm) + time.Duration(reapedTicks(pm))*c.tick
 	kids, _ := os.ReadFile(filepath.Join("/proc", pm, "task", pm, "children"))
 	for _, kid := range strings.Fields(string(kids)) {
-		ticks += processTicks(kid)
+		t.db += runTime(kid)
 	}
-	t.db = time.Duration(ticks) * c.tick
 	return t
 }
 
-// processTicks returns the CPU ticks of process pid: its own, and its reaped children's.
-func processTicks(pid string) int64 {
+// runTime returns the time process pid's main thread has run on a CPU.
+func runTime(pid string) time.Duration {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "schedstat"))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	ns, _ := strconv.ParseInt(f[0], 10, 64)
+	return time.Duration(ns)
+}
+
+// reapedTicks returns the CPU ticks of process pid's reaped children.
+func reapedTicks(pid string) int64 {
 	_, fields, ok := readStat(filepath.Join("/proc", pid, "stat"))
 	if !ok {
 		return 0
 	}
-	// fields[0] is stat's field 3 (state): utime is field 14, stime 15, cutime 16,
-	// cstime 17.
+	// fields[0] is stat's field 3 (state): cutime is field 16, cstime 17.
 	var n int64
-	for _, f := range fields[11:15] {
+	for _, f := range fields[13:15] {
 		v, _ := strconv.ParseInt(f, 10, 64)
 		n += v
 	}
