@@ -196,8 +196,9 @@ func (a *arm) drain(b *testing.B, clock *cpuClock) round {
 // event, which the machine's other work moves much less: this process's (the relays;
 // getrusage) and the database cluster's (/proc), read around each drain. Each is given
 // as the median, over the rounds, of the ratio to the arm with nothing on in the same
-// round, with the quartiles of those ratios. The idle relays' polling is counted in
-// every arm alike.
+// round, with a 95 % confidence interval of that median (distribution-free: order
+// statistics of the rounds' ratios). The idle relays' polling is counted in every arm
+// alike.
 //
 //	cd bench && go test -run '^$' -bench BenchmarkObservabilityAB -benchtime 20x ./observe/
 func BenchmarkObservabilityAB(b *testing.B) {
@@ -243,7 +244,7 @@ func report(b *testing.B, arms []*arm, hasDB bool) {
 		measures = measures[:2]
 	}
 	var out strings.Builder
-	fmt.Fprintf(&out, "\n%d rounds of %d events an arm; CPU in µs an event; ratio to off: median of the rounds' [quartiles]\n", n, drainEvents)
+	fmt.Fprintf(&out, "\n%d rounds of %d events an arm; CPU in µs an event; ratio to off: median of the rounds' [its 95%% confidence interval]\n", n, drainEvents)
 	fmt.Fprintf(&out, "%-26s", "arm")
 	for _, m := range measures {
 		fmt.Fprintf(&out, " %10s %-22s", m.name, "ratio")
@@ -261,7 +262,8 @@ func report(b *testing.B, arms []*arm, hasDB bool) {
 			}
 			slices.Sort(ratios)
 			med := quantile(ratios, 0.5)
-			fmt.Fprintf(&out, " %10.2f %.3f [%.3f, %.3f]    ", total/float64(n), med, quantile(ratios, 0.25), quantile(ratios, 0.75))
+			lo, hi := medianInterval(ratios)
+			fmt.Fprintf(&out, " %10.2f %.3f [%.3f, %.3f]    ", total/float64(n), med, lo, hi)
 			if a != off {
 				b.ReportMetric(med, a.name+"-"+strings.TrimSuffix(m.name, "/s")+"/off")
 			}
@@ -269,6 +271,19 @@ func report(b *testing.B, arms []*arm, hasDB bool) {
 		out.WriteString("\n")
 	}
 	fmt.Print(out.String())
+}
+
+// medianInterval returns a 95 % confidence interval of the median of the population
+// sorted is a sample of, from order statistics: the ranks n/2 ± 1.96·√n/2 (the normal
+// approximation of the binomial; the whole range for ten values or fewer).
+func medianInterval(sorted []float64) (lo, hi float64) {
+	n := len(sorted)
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	// the ranks (from 1) floor((n - 1.96√n)/2) and n+1 less it, as indexes
+	k := max(int(math.Floor((float64(n)-1.96*math.Sqrt(float64(n)))/2))-1, 0)
+	return sorted[k], sorted[n-1-k]
 }
 
 // quantile returns the q quantile of sorted (linear between the nearest ranks).
