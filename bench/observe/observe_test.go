@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -58,7 +59,8 @@ type arm struct {
 	relay   *relay.Relay
 	counter *countSink
 	want    int64
-	rounds  []round // one a drain counted
+	rounds  []round                  // one a drain counted
+	tp      *sdktrace.TracerProvider // nil: no tracing
 	// sampledEvery: one event in sampledEvery has a sampled traceparent (flags 01), the
 	// others an unsampled one (00): producers sampling 1/sampledEvery of their traces.
 	sampledEvery int
@@ -96,6 +98,7 @@ func newArm(b *testing.B, name string, metrics bool, tr tracing, sampledEvery in
 	if tr != noTracing {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		a.tp = tp
 		cfg := &outboxotel.Config{TracerProvider: tp, System: "bench"}
 		if tr != perMessage {
 			cfg.Spans = outboxotel.SpanPerCall
@@ -153,7 +156,8 @@ func newArm(b *testing.B, name string, metrics bool, tr tracing, sampledEvery in
 
 // drain writes drainEvents events (one INSERT, not timed), wakes the relay and returns
 // how long it took until the sink had counted them all, and the CPU time clock (if not
-// nil) saw used meanwhile.
+// nil) saw used meanwhile and in exporting the arm's queued spans and collecting the
+// garbage afterwards.
 func (a *arm) drain(b *testing.B, clock *cpuClock) round {
 	ctx := context.Background()
 	if _, err := a.pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload, trace_parent)
@@ -178,6 +182,14 @@ func (a *arm) drain(b *testing.B, clock *cpuClock) round {
 	}
 	r := round{took: time.Since(start)}
 	if clock != nil {
+		// The arm's leftovers are its own CPU time, not the next arm's: the spans still
+		// queued are exported, the garbage collected.
+		if a.tp != nil {
+			if err := a.tp.ForceFlush(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
 		r.cpu = clock.now().sub(cpu0)
 	}
 	return r
@@ -197,8 +209,12 @@ func (a *arm) drain(b *testing.B, clock *cpuClock) round {
 // getrusage) and the database cluster's (/proc), read around each drain. Each is given
 // as the median, over the rounds, of the ratio to the arm with nothing on in the same
 // round, with a 95 % confidence interval of that median (distribution-free: order
-// statistics of the rounds' ratios). The idle relays' polling is counted in every arm
-// alike.
+// statistics of the rounds' ratios); and the relay CPU time an arm adds to an event, as
+// a share of the off arm's whole CPU time an event (relay and database) in the same
+// round, the least noisy estimate of what the arm costs a machine the relay shares with
+// its database. After each drain the arm's queued spans are exported and the garbage
+// collected, inside its CPU reading, so that neither falls on the next arm. The idle
+// relays' polling is counted in every arm alike.
 //
 //	cd bench && go test -run '^$' -bench BenchmarkObservabilityAB -benchtime 20x ./observe/
 func BenchmarkObservabilityAB(b *testing.B) {
@@ -243,11 +259,21 @@ func report(b *testing.B, arms []*arm, hasDB bool) {
 	if !hasDB {
 		measures = measures[:2]
 	}
+	// added: the relay CPU an arm adds to an event, as a share of the off arm's CPU an
+	// event (relay and database), from each round's pair; the database's time an event,
+	// which tracing does not change, is the noisier part of the whole.
+	added := func(a *arm, k int) float64 {
+		o := off.rounds[k].cpu
+		return float64(a.rounds[k].cpu.relay-o.relay) / float64(o.relay+o.db)
+	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n%d rounds of %d events an arm; CPU in µs an event; ratio to off: median of the rounds' [its 95%% confidence interval]\n", n, drainEvents)
 	fmt.Fprintf(&out, "%-26s", "arm")
 	for _, m := range measures {
 		fmt.Fprintf(&out, " %10s %-22s", m.name, "ratio")
+	}
+	if hasDB {
+		out.WriteString(" relay CPU added, of off's CPU")
 	}
 	out.WriteString("\n")
 	for _, a := range arms {
@@ -266,6 +292,19 @@ func report(b *testing.B, arms []*arm, hasDB bool) {
 			fmt.Fprintf(&out, " %10.2f %.3f [%.3f, %.3f]    ", total/float64(n), med, lo, hi)
 			if a != off {
 				b.ReportMetric(med, a.name+"-"+strings.TrimSuffix(m.name, "/s")+"/off")
+			}
+		}
+		if hasDB {
+			shares := make([]float64, n)
+			for k := range n {
+				shares[k] = added(a, k)
+			}
+			slices.Sort(shares)
+			lo, hi := medianInterval(shares)
+			med := quantile(shares, 0.5)
+			fmt.Fprintf(&out, " %+6.1f%% [%+.1f%%, %+.1f%%]", 100*med, 100*lo, 100*hi)
+			if a != off {
+				b.ReportMetric(100*med, a.name+"-added-%")
 			}
 		}
 		out.WriteString("\n")
