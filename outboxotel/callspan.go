@@ -30,9 +30,10 @@ const (
 	// trace runs producer → consumer and the send span, in a trace of its own, points at
 	// the producers. A failed message sets the call span's status to Error, with the
 	// number that failed ([AttrBatchFailedCount]) and the error.type of the first. It
-	// costs one span a call and a link a message (about 0.1 µs of CPU a message), but
-	// the outcome and attempt of each event are not recorded, and a trace viewer shows
-	// the relay's publish beside a trace rather than in it.
+	// costs one span a call and a link a message (about 0.3 µs of CPU a message against
+	// 2 µs, and 2 % of a relay's CPU against 15 % when every trace is sampled; ADR 0028),
+	// but the outcome and attempt of each event are not recorded, and a trace viewer
+	// shows the relay's publish beside a trace rather than in it.
 	SpanPerCall
 )
 
