@@ -3,7 +3,10 @@ package outboxotel
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -68,7 +71,8 @@ func setError(span trace.Span, err error) {
 // appendMessageAttributes appends to attrs the attributes every span of msg carries:
 // semantic conventions first, then the outbox's own. (The SDK copies what SetAttributes
 // is given, so a caller reuses one buffer for all the messages of a call.)
-func appendMessageAttributes(attrs []attribute.KeyValue, system, destination string, msg *outbox.Message) []attribute.KeyValue {
+// id is msg.ID as a string (the caller may have it already).
+func appendMessageAttributes(attrs []attribute.KeyValue, system, destination, id string, msg *outbox.Message) []attribute.KeyValue {
 	if system != "" {
 		attrs = append(attrs, semconv.MessagingSystemKey.String(system))
 	}
@@ -76,7 +80,7 @@ func appendMessageAttributes(attrs []attribute.KeyValue, system, destination str
 		attrs = append(attrs, semconv.MessagingDestinationName(destination))
 	}
 	attrs = append(attrs,
-		semconv.MessagingMessageID(msg.ID.String()),
+		semconv.MessagingMessageID(id),
 		AttrEventType.String(msg.EventType),
 		AttrAggregateType.String(msg.AggregateType),
 		AttrAggregateID.String(msg.AggregateID),
@@ -93,13 +97,65 @@ func appendMessageAttributes(attrs []attribute.KeyValue, system, destination str
 // spanName is "<operation> <destination>", or "<operation> <event type>" when the
 // destination is not known (both are of low cardinality).
 func spanName(operation, destination string, msg *outbox.Message) string {
-	if destination != "" {
-		return operation + " " + destination
-	}
-	if msg.EventType != "" {
-		return operation + " " + msg.EventType
+	if suffix := spanSuffix(destination, msg); suffix != "" {
+		return operation + " " + suffix
 	}
 	return operation
+}
+
+// spanSuffix is what follows the operation in a span's name: the destination, or the
+// event type when the destination is not known ("" when neither is).
+func spanSuffix(destination string, msg *outbox.Message) string {
+	if destination != "" {
+		return destination
+	}
+	return msg.EventType
+}
+
+// maxCachedNames bounds a nameCache: names past it are built for each span (a
+// Destination of high cardinality does not grow the cache without end).
+const maxCachedNames = 1024
+
+// nameCache holds the span names of one operation by suffix, so that a span's name is
+// not built (an allocation) for each message. Reads take no lock: a new name copies the
+// map.
+type nameCache struct {
+	operation string
+	names     atomic.Pointer[map[string]string]
+	mu        sync.Mutex
+}
+
+// of returns the span name for suffix: "<operation> <suffix>", or the operation alone.
+func (c *nameCache) of(suffix string) string {
+	if suffix == "" {
+		return c.operation
+	}
+	if m := c.names.Load(); m != nil {
+		if name, ok := (*m)[suffix]; ok {
+			return name
+		}
+	}
+	name := c.operation + " " + suffix
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.names.Load()
+	if old != nil && len(*old) >= maxCachedNames {
+		return name
+	}
+	m := make(map[string]string, 1+lenOf(old))
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	m[suffix] = name
+	c.names.Store(&m)
+	return name
+}
+
+func lenOf(m *map[string]string) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
 }
 
 // The start options without a link, made once (the SDK does not keep the slice).

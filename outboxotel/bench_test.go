@@ -32,7 +32,9 @@ func (discardExporter) Shutdown(context.Context) error                          
 // BenchmarkSinkPublish measures the wrapper's cost per message: a Publish call of 100
 // messages (each with a traceparent) to a sink that only counts, bare, wrapped over a
 // no-op TracerProvider, and wrapped over an SDK provider sampling every span (batch
-// processor, discarding exporter).
+// processor, discarding exporter): all messages of one producer span, each of its own
+// (sdk-distinct), or of a producer span that was not sampled; and with SpanPerCall, one
+// span a call linked to the messages' distinct producers (sdk-per-call).
 func BenchmarkSinkPublish(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -48,6 +50,14 @@ func BenchmarkSinkPublish(b *testing.B) {
 	for i := range unsampled {
 		unsampled[i].TraceParent = strings.TrimSuffix(unsampled[i].TraceParent, "-01") + "-00"
 	}
+	// Each message from a producer span of its own (as a relay's backlog mostly is): no
+	// two share a parent.
+	distinct := slices.Clone(msgs)
+	for i := range distinct {
+		ctx, s := tp.Tracer("bench").Start(context.Background(), "write")
+		s.End()
+		distinct[i].TraceParent = outboxotel.TraceParent(ctx)
+	}
 	next := &countSink{}
 	for _, c := range []struct {
 		name string
@@ -57,6 +67,8 @@ func BenchmarkSinkPublish(b *testing.B) {
 		{"bare", next, msgs},
 		{"noop", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: noop.NewTracerProvider()}), msgs},
 		{"sdk", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: tp, System: "bench"}), msgs},
+		{"sdk-distinct", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: tp, System: "bench"}), distinct},
+		{"sdk-per-call", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: tp, System: "bench", Spans: outboxotel.SpanPerCall}), distinct},
 		{"sdk-unsampled", outboxotel.NewSink(next, &outboxotel.Config{TracerProvider: tp, System: "bench"}), unsampled},
 	} {
 		b.Run(c.name, func(b *testing.B) {

@@ -67,7 +67,7 @@ func (t consumerTracer) run(ctx context.Context, msg *outbox.Message, fn func(ct
 		if t.consumer != "" {
 			attrs = append(attrs, semconv.MessagingConsumerGroupName(t.consumer))
 		}
-		span.SetAttributes(appendMessageAttributes(attrs, t.system, dest, msg)...)
+		span.SetAttributes(appendMessageAttributes(attrs, t.system, dest, msg.ID.String(), msg)...)
 	}
 	returned := false
 	defer func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox"
@@ -27,6 +28,12 @@ func TraceParent(ctx context.Context) string {
 // is not carried: the outbox stores the traceparent alone).
 func formatSpanContext(sc trace.SpanContext) string {
 	var buf [traceparentLen]byte
+	return string(appendSpanContext(buf[:0], sc))
+}
+
+// appendSpanContext appends the version-00 traceparent of a valid sc to dst.
+func appendSpanContext(dst []byte, sc trace.SpanContext) []byte {
+	var buf [traceparentLen]byte
 	tid, sid := sc.TraceID(), sc.SpanID()
 	buf[0], buf[1], buf[2] = '0', '0', '-'
 	hex.Encode(buf[3:35], tid[:])
@@ -34,7 +41,25 @@ func formatSpanContext(sc trace.SpanContext) string {
 	hex.Encode(buf[36:52], sid[:])
 	buf[52] = '-'
 	hex.Encode(buf[53:55], []byte{byte(sc.TraceFlags())})
-	return string(buf[:])
+	return append(dst, buf[:]...)
+}
+
+// uuidLen is the length of a UUID's canonical text form.
+const uuidLen = 36
+
+// appendUUID appends id in its canonical form (as [uuid.UUID.String]) to dst.
+func appendUUID(dst []byte, id uuid.UUID) []byte {
+	var buf [uuidLen]byte
+	hex.Encode(buf[0:8], id[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], id[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], id[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], id[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:36], id[10:16])
+	return append(dst, buf[:]...)
 }
 
 // Inject sets ev.TraceParent to the traceparent of the span in ctx, when there is one,
@@ -75,9 +100,8 @@ func spanContextOf(tp string) trace.SpanContext {
 // decodeLower decodes lowercase hex s into dst (len(s) == 2*len(dst)).
 func decodeLower(dst []byte, s string) bool {
 	for i := range dst {
-		hi, ok1 := nibble(s[2*i])
-		lo, ok2 := nibble(s[2*i+1])
-		if !ok1 || !ok2 {
+		hi, lo := hexValue[s[2*i]], hexValue[s[2*i+1]]
+		if (hi|lo)&invalidHex != 0 {
 			return false
 		}
 		dst[i] = hi<<4 | lo
@@ -85,15 +109,23 @@ func decodeLower(dst []byte, s string) bool {
 	return true
 }
 
-func nibble(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
+// invalidHex marks, in hexValue, a byte that is not a lowercase hex digit (a digit's
+// value has no bit of it).
+const invalidHex = 0xf0
+
+// hexValue is the value of each lowercase hex digit, invalidHex for any other byte.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = invalidHex
 	}
-	return 0, false
-}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+	}
+	return t
+}()
 
 // ContextFromMessage returns ctx carrying the span context of msg.TraceParent as a
 // remote parent, so spans started from it are children of the span that published the

@@ -2,7 +2,11 @@ package outboxotel
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"unsafe"
+
+	"github.com/google/uuid"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -43,5 +47,36 @@ func TestTraceParentMatchesThePropagator(t *testing.T) {
 				t.Errorf("%q: formatted %q, the propagator %q", tp, f, c["traceparent"])
 			}
 		}
+	}
+}
+
+// TestAppendUUIDMatchesString: the hand-written formatter writes what uuid.UUID.String
+// does.
+func TestAppendUUIDMatchesString(t *testing.T) {
+	for _, id := range []uuid.UUID{uuid.Nil, uuid.Max, uuid.New(), uuid.New(), uuid.Must(uuid.NewV7())} {
+		if got := string(appendUUID([]byte("x"), id)); got != "x"+id.String() {
+			t.Errorf("appendUUID(%s) = %q", id, got)
+		}
+	}
+}
+
+// TestNameCache: names are "<operation> <suffix>" (the operation alone for none), the
+// same string each time once cached, and still right past the cache's bound.
+func TestNameCache(t *testing.T) {
+	c := nameCache{operation: "publish"}
+	if got := c.of(""); got != "publish" {
+		t.Errorf("of(\"\") = %q", got)
+	}
+	first := c.of("orders")
+	if first != "publish orders" || unsafe.StringData(c.of("orders")) != unsafe.StringData(first) {
+		t.Errorf("of(orders) = %q, not the cached string the second time", first)
+	}
+	for i := range maxCachedNames + 10 {
+		if got, want := c.of(fmt.Sprint("t", i)), fmt.Sprint("publish t", i); got != want {
+			t.Fatalf("of(t%d) = %q, want %q", i, got, want)
+		}
+	}
+	if n := len(*c.names.Load()); n != maxCachedNames {
+		t.Errorf("%d names cached, want the bound %d", n, maxCachedNames)
 	}
 }
