@@ -45,6 +45,9 @@ type Config struct {
 	// CDCSlot names the replication slot and publication of source cdc ("": the
 	// library's default).
 	CDCSlot string
+	// TracingSpans is how a traced relay records its publishes: "message" (a span each)
+	// or "call" (one send span a Publish call, linked to the producers; ADR 0028).
+	TracingSpans string
 	// Sink chooses and configures the sink of `outbox relay`.
 	Sink SinkConfig
 	// HTTPListen is the address of the metrics and health listener; "" turns it off.
@@ -298,6 +301,8 @@ var options = []option{
 		func(c *Config) *string { return &c.Source }, "poll", "cdc").in(scopeRelay),
 	str("cdc.slot", "replication slot (and publication) of relay.source cdc; \"\": outbox_cdc_<schema>", "",
 		func(c *Config) *string { return &c.CDCSlot }).in(scopeRelay),
+	str("tracing.spans", "with traces on (OTEL_TRACES_EXPORTER): message (a publish span each) or call (one send span a Publish call, linked to the producers' spans: about 2% of the CPU an event against 15%)", "message",
+		func(c *Config) *string { return &c.TracingSpans }, "message", "call").in(scopeRelay),
 	str("relay.wakeup", "listen or poll", string(relay.DefaultWakeup),
 		func(c *Config) *string { return (*string)(&c.Relay.Wakeup) }, string(relay.WakeupListen), string(relay.WakeupPoll)).in(scopeRelay),
 	integer("relay.concurrency", "batches in flight at once (0: the library's default)", 0, 0, 64,

@@ -108,7 +108,11 @@ func (a *app) traceSink(sink outbox.Sink, tp *sdktrace.TracerProvider) outbox.Si
 	case "sqs":
 		system = "aws_sqs" // the OpenTelemetry messaging.system value
 	}
-	return outboxotel.NewSink(sink, &outboxotel.Config{TracerProvider: tp, System: system})
+	spans := outboxotel.SpanPerMessage
+	if a.cfg.TracingSpans == "call" {
+		spans = outboxotel.SpanPerCall
+	}
+	return outboxotel.NewSink(sink, &outboxotel.Config{TracerProvider: tp, System: system, Spans: spans})
 }
 
 // shutdownTracing flushes the spans still buffered and stops the exporter.

@@ -133,6 +133,45 @@ func TestRelayTracesToConsole(t *testing.T) {
 	}
 }
 
+// TestRelayTracesAPublishCall: with tracing.spans call, `outbox relay` records send spans
+// (one a Publish call) that count the call's messages, and sends each event with the
+// traceparent it was written with (the consumer stays the producer's child).
+func TestRelayTracesAPublishCall(t *testing.T) {
+	t.Parallel()
+	stdout, sent := relayTraced(t, "OTEL_TRACES_EXPORTER=console", "OUTBOX_TRACING_SPANS=call")
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var messages float64
+	for {
+		var s consoleSpan
+		err := dec.Decode(&s)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stdout is not the console exporter's spans: %v\n%s", err, stdout)
+		}
+		if strings.HasPrefix(s.Name, "publish") {
+			t.Fatalf("a span per message (%s) with tracing.spans call", s.Name)
+		}
+		if !strings.HasPrefix(s.Name, "send") {
+			continue
+		}
+		for _, kv := range s.Attributes {
+			if n, ok := kv.Value.Value.(float64); ok && kv.Key == "messaging.batch.message_count" {
+				messages += n
+			}
+		}
+	}
+	if messages != 3 {
+		t.Fatalf("send spans counted %v messages, want 3:\n%s", messages, stdout)
+	}
+	for _, tp := range sent {
+		if tp != producerTP {
+			t.Errorf("an event sent with traceparent %s, want the producer's %s", tp, producerTP)
+		}
+	}
+}
+
 // TestRelayWithoutTracing: with no OTEL_TRACES_EXPORTER (and with "none") the relay
 // writes no span and sends each event with the traceparent it was written with.
 func TestRelayWithoutTracing(t *testing.T) {
