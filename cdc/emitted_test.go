@@ -347,19 +347,8 @@ func TestEmittedMessagesOfOtherToolsAreNotEvents(t *testing.T) {
 // row; and their created_at is the commit's.
 func TestStreamedEmittedTransactions(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool, sink, s := startStreamingSource(t)
 	ctx := t.Context()
-	var db string
-	if err := pool.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET logical_decoding_work_mem = '64kB'"); err != nil {
-		t.Fatal(err)
-	}
-	sink := &memsink.Sink{}
-	r := newRelay(t, pool, sink, relay.Ordered)
-	s := newSource(t, pool, r, slotName(t, pool))
-	startSource(t, pool, s)
 	w := emitter(t, s.cfg.Slot)
 	events := func(prefix string, n, version int) []outbox.Event {
 		out := make([]outbox.Event, n)
@@ -411,9 +400,7 @@ func TestStreamedEmittedTransactions(t *testing.T) {
 			t.Fatalf("created_at %v, want the commit's", m.CreatedAt)
 		}
 	}
-	if streamed := queryInt(t, pool, `SELECT coalesce(sum(stream_txns), 0) FROM pg_stat_replication_slots WHERE slot_name = $1`, s.cfg.Slot); streamed == 0 {
-		t.Fatal("no transaction was streamed: the test did not test streaming")
-	}
+	checkStreamed(t, pool, s.cfg.Slot)
 	waitUntil(t, 10*time.Second, "5,000 emitted events read and published", func() bool {
 		st := s.Stats()
 		return st.Emitted == 5000 && st.Published == 5000

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/memsink"
 )
@@ -56,6 +57,34 @@ func waitPollingIdle(t *testing.T, r *relay.Relay) {
 		}
 		return last > 0 && time.Since(since) > 300*time.Millisecond
 	})
+}
+
+// startStreamingSource starts an ordered relay and a Source on a database of the test's
+// own whose logical_decoding_work_mem is at its 64 kB minimum, so that large transactions
+// are streamed before their commit.
+func startStreamingSource(t *testing.T) (*pgxpool.Pool, *memsink.Sink, *Source) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	var db string
+	if err := pool.QueryRow(t.Context(), "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET logical_decoding_work_mem = '64kB'"); err != nil {
+		t.Fatal(err)
+	}
+	sink := &memsink.Sink{}
+	r := newRelay(t, pool, sink, relay.Ordered)
+	s := newSource(t, pool, r, slotName(t, pool))
+	startSource(t, pool, s)
+	return pool, sink, s
+}
+
+// checkStreamed fails t unless the slot streamed a transaction before its commit.
+func checkStreamed(t *testing.T, pool *pgxpool.Pool, slot string) {
+	t.Helper()
+	if streamed := queryInt(t, pool, `SELECT coalesce(sum(stream_txns), 0) FROM pg_stat_replication_slots WHERE slot_name = $1`, slot); streamed == 0 {
+		t.Fatal("no transaction was streamed: the test did not test streaming")
+	}
 }
 
 // waitConfirmedPastNow waits until slot has confirmed the server's WAL position of now.

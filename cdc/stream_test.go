@@ -23,19 +23,8 @@ import (
 // stream abort handling the aborted inserts are counted as read (Stats.Events).
 func TestStreamedTransactions(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool, sink, s := startStreamingSource(t)
 	ctx := t.Context()
-	var db string
-	if err := pool.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET logical_decoding_work_mem = '64kB'"); err != nil {
-		t.Fatal(err)
-	}
-	sink := &memsink.Sink{}
-	r := newRelay(t, pool, sink, relay.Ordered)
-	s := newSource(t, pool, r, slotName(t, pool))
-	startSource(t, pool, s)
 
 	events := func(prefix string, n int) []outbox.Event {
 		out := make([]outbox.Event, n)
@@ -86,9 +75,7 @@ func TestStreamedTransactions(t *testing.T) {
 		st := s.Stats()
 		return st.Events == 50_000 && st.Published == 50_000
 	})
-	if streamed := queryInt(t, pool, `SELECT coalesce(sum(stream_txns), 0) FROM pg_stat_replication_slots WHERE slot_name = $1`, s.cfg.Slot); streamed == 0 {
-		t.Fatal("no transaction was streamed: the test did not test streaming")
-	}
+	checkStreamed(t, pool, s.cfg.Slot)
 	if st := s.Stats(); st.Transactions != 1 {
 		t.Fatalf("Stats = %+v, want 1 transaction read (the aborted one dropped)", st)
 	}

@@ -119,7 +119,7 @@ func (b *batcher) publishEmitted(ctx context.Context, events []Emitted) (Emitted
 			res.Dead++
 		}
 	}
-	res.Written = len(rows.IDs)
+	res.Written = len(rows.Columns.IDs)
 	if res.Written > 0 {
 		if err := b.writeEmitted(ctx, &rows); err != nil {
 			return res, err
@@ -236,7 +236,7 @@ func (b *batcher) writeEmitted(ctx context.Context, rows *emittedRows) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("relay: write %d emitted events to the table: %w", len(rows.IDs), err)
+		return fmt.Errorf("relay: write %d emitted events to the table: %w", len(rows.Columns.IDs), err)
 	}
 	return nil
 }
@@ -250,46 +250,25 @@ type behindParams struct {
 }
 
 // emittedRows are emitted_write.sql's parameters, bound by name: one element per event
-// in every column.
+// in every column, then what became of it.
 type emittedRows struct {
-	IDs            [][16]byte  `sql:"ids"`
-	AggTypes       []string    `sql:"aggregate_types"`
-	AggIDs         []string    `sql:"aggregate_ids"`
-	Versions       []int64     `sql:"aggregate_versions"`
-	EventTypes     []string    `sql:"event_types"`
-	SchemaVersions []int32     `sql:"schema_versions"`
-	Topics         []string    `sql:"topics"`
-	Headers        []string    `sql:"headers"`
-	ContentTypes   []string    `sql:"content_types"`
-	Payloads       [][]byte    `sql:"payloads"`
-	PayloadJSON    []bool      `sql:"payload_is_json"`
-	TraceParents   []*string   `sql:"trace_parents"`
-	CreatedAt      []time.Time `sql:"created_at"`
-	AvailableAt    []time.Time `sql:"available_at"`
-	Outcomes       []string    `sql:"outcomes"`
-	Errors         []*string   `sql:"errors"`
-	DelaysMS       []int64     `sql:"delays_ms"`
+	Columns  rowColumns `sql:",inline"`
+	Outcomes []string   `sql:"outcomes"`
+	Errors   []*string  `sql:"errors"`
+	DelaysMS []int64    `sql:"delays_ms"`
 }
 
 func (r *emittedRows) add(e *Emitted, o outcome, reason *string, delayMS int64) {
-	m := &e.Message
-	r.IDs = append(r.IDs, [16]byte(m.ID))
-	r.AggTypes, r.AggIDs = append(r.AggTypes, m.AggregateType), append(r.AggIDs, m.AggregateID)
-	r.Versions, r.EventTypes = append(r.Versions, m.AggregateVersion), append(r.EventTypes, m.EventType)
-	r.SchemaVersions, r.Topics = append(r.SchemaVersions, int32(m.SchemaVersion)), append(r.Topics, m.Topic) //nolint:gosec // validated by the Writer
-	r.Headers = append(r.Headers, headersJSON(m.Headers))
-	r.ContentTypes, r.Payloads = append(r.ContentTypes, m.ContentType), append(r.Payloads, nilIfEmpty(m.Payload))
-	r.PayloadJSON = append(r.PayloadJSON, emitted.IsJSON(m.ContentType))
+	m := e.Message
+	m.Payload = nilIfEmpty(m.Payload)
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = time.Now()
+	}
 	var tp *string
 	if m.TraceParent != "" {
 		tp = &m.TraceParent
 	}
-	r.TraceParents = append(r.TraceParents, tp)
-	created := m.CreatedAt
-	if created.IsZero() {
-		created = time.Now()
-	}
-	r.CreatedAt, r.AvailableAt = append(r.CreatedAt, created), append(r.AvailableAt, e.AvailableAt)
+	r.Columns.add(&m, headersJSON(m.Headers), tp, emitted.IsJSON(m.ContentType), e.AvailableAt)
 	r.Outcomes, r.Errors, r.DelaysMS = append(r.Outcomes, string(o)), append(r.Errors, reason), append(r.DelaysMS, delayMS)
 }
 

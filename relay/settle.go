@@ -60,9 +60,9 @@ type claimedRow struct {
 	payloadJSON bool // the payload is JSON (the payload column), not bytes (payload_bytes)
 }
 
-// deletedRows are settle_delete.sql's parameters, bound by name: every column of each
-// row as it was claimed (the seqs are the outcomes'), then its outcome.
-type deletedRows struct {
+// rowColumns are the columns of events rows as parameters, one element per row, in
+// the names settle_delete.sql and emitted_write.sql give them.
+type rowColumns struct {
 	IDs            [][16]byte  `sql:"ids"`
 	AggTypes       []string    `sql:"aggregate_types"`
 	AggIDs         []string    `sql:"aggregate_ids"`
@@ -77,19 +77,31 @@ type deletedRows struct {
 	PayloadJSON    []bool      `sql:"payload_is_json"`
 	CreatedAt      []time.Time `sql:"created_at"`
 	AvailableAt    []time.Time `sql:"available_at"`
-	Attempts       []int32     `sql:"attempts"`
-	LastErrors     []*string   `sql:"last_errors"`
-	Outcomes       rowOutcomes `sql:",inline"`
+}
+
+// add adds m's row: its headers as JSON text, its traceparent as stored, whether its
+// payload is JSON, and when it is available.
+func (r *rowColumns) add(m *outbox.Message, headers string, traceParent *string, payloadJSON bool, availableAt time.Time) {
+	r.IDs, r.AggTypes, r.AggIDs = append(r.IDs, m.ID), append(r.AggTypes, m.AggregateType), append(r.AggIDs, m.AggregateID)
+	r.Versions, r.EventTypes = append(r.Versions, m.AggregateVersion), append(r.EventTypes, m.EventType)
+	r.SchemaVersions = append(r.SchemaVersions, int32(m.SchemaVersion)) //nolint:gosec // from an int column, or validated by the Writer
+	r.Topics, r.Headers, r.ContentTypes = append(r.Topics, m.Topic), append(r.Headers, headers), append(r.ContentTypes, m.ContentType)
+	r.Payloads, r.TraceParents, r.PayloadJSON = append(r.Payloads, m.Payload), append(r.TraceParents, traceParent), append(r.PayloadJSON, payloadJSON)
+	r.CreatedAt, r.AvailableAt = append(r.CreatedAt, m.CreatedAt), append(r.AvailableAt, availableAt)
+}
+
+// deletedRows are settle_delete.sql's parameters, bound by name: every column of each
+// row as it was claimed (the seqs are the outcomes'), then its outcome.
+type deletedRows struct {
+	Columns    rowColumns  `sql:",inline"`
+	Attempts   []int32     `sql:"attempts"`
+	LastErrors []*string   `sql:"last_errors"`
+	Outcomes   rowOutcomes `sql:",inline"`
 }
 
 // add adds m, claimed as c, with its outcome.
 func (d *deletedRows) add(m outbox.Message, c claimedRow, o outcome, err *string, delayMS int64) {
-	d.IDs, d.AggTypes, d.AggIDs = append(d.IDs, m.ID), append(d.AggTypes, m.AggregateType), append(d.AggIDs, m.AggregateID)
-	d.Versions, d.EventTypes = append(d.Versions, m.AggregateVersion), append(d.EventTypes, m.EventType)
-	d.SchemaVersions = append(d.SchemaVersions, int32(m.SchemaVersion)) //nolint:gosec // from an int column
-	d.Topics, d.Headers, d.ContentTypes = append(d.Topics, m.Topic), append(d.Headers, string(c.headers)), append(d.ContentTypes, m.ContentType)
-	d.Payloads, d.TraceParents, d.PayloadJSON = append(d.Payloads, m.Payload), append(d.TraceParents, c.traceParent), append(d.PayloadJSON, c.payloadJSON)
-	d.CreatedAt, d.AvailableAt = append(d.CreatedAt, m.CreatedAt), append(d.AvailableAt, c.availableAt)
+	d.Columns.add(&m, string(c.headers), c.traceParent, c.payloadJSON, c.availableAt)
 	d.Attempts, d.LastErrors = append(d.Attempts, int32(c.attempts)), append(d.LastErrors, c.lastError) //nolint:gosec // from an int column
 	d.Outcomes.add(m.Seq, o, err, delayMS)
 }
