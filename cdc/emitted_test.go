@@ -63,10 +63,7 @@ func TestEmittedEventsArePublishedWithoutRows(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
-			sink := &memsink.Sink{}
-			r := newRelay(t, pool, sink, mode)
-			s := newSource(t, pool, r, slotName(t, pool))
-			startSource(t, pool, s)
+			sink, s := startCDC(t, pool, mode)
 			ctx := t.Context()
 
 			rolledBack := outbox.Event{AggregateType: "order", AggregateID: "gone", EventType: "order.changed"}
@@ -305,10 +302,7 @@ func TestUnsettledEmittedEventsAreReadAgain(t *testing.T) {
 func TestEmittedMessagesOfOtherToolsAreNotEvents(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	sink := &memsink.Sink{}
-	r := newRelay(t, pool, sink, relay.Ordered)
-	s := newSource(t, pool, r, slotName(t, pool))
-	startSource(t, pool, s)
+	sink, s := startCDC(t, pool, relay.Ordered)
 	ctx := t.Context()
 	emit(t, pool, s.cfg.Slot, []string{"before"}, 1, 1)
 	err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error {

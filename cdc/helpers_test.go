@@ -72,11 +72,19 @@ func startStreamingSource(t *testing.T) (*pgxpool.Pool, *memsink.Sink, *Source) 
 	if _, err := pool.Exec(t.Context(), "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET logical_decoding_work_mem = '64kB'"); err != nil {
 		t.Fatal(err)
 	}
+	sink, s := startCDC(t, pool, relay.Ordered)
+	return pool, sink, s
+}
+
+// startCDC starts a relay in mode with an in-memory sink and a streaming Source beside it
+// on a slot of the test's own.
+func startCDC(t *testing.T, pool *pgxpool.Pool, mode relay.Mode) (*memsink.Sink, *Source) {
+	t.Helper()
 	sink := &memsink.Sink{}
-	r := newRelay(t, pool, sink, relay.Ordered)
+	r := newRelay(t, pool, sink, mode)
 	s := newSource(t, pool, r, slotName(t, pool))
 	startSource(t, pool, s)
-	return pool, sink, s
+	return sink, s
 }
 
 // checkStreamed fails t unless the slot streamed a transaction before its commit.
