@@ -60,6 +60,8 @@ func TestEmittedContentNotTheWritersIsRefused(t *testing.T) {
 		"schema version 0": `[{"id":"` + id + `","aggregate_type":"a","aggregate_id":"b","event_type":"c","schema_version":0}]`,
 		"bytes for JSON":   `[{"id":"` + id + `","aggregate_type":"a","aggregate_id":"b","event_type":"c","schema_version":1,"payload_b64":"AA=="}]`,
 		"JSON for bytes":   `[{"id":"` + id + `","aggregate_type":"a","aggregate_id":"b","event_type":"c","schema_version":1,"content_type":"text/plain","payload":{}}]`,
+		"NUL in a field":   `[{"id":"` + id + `","aggregate_type":"a","aggregate_id":"b\u0000","event_type":"c","schema_version":1}]`,
+		"NUL in a header":  `[{"id":"` + id + `","aggregate_type":"a","aggregate_id":"b","event_type":"c","schema_version":1,"headers":{"k":"\u0000"}}]`,
 	} {
 		if _, err := emitted.Decode([]byte(content)); err == nil {
 			t.Errorf("%s: decoded, want an error", name)

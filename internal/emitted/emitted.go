@@ -81,6 +81,9 @@ func Decode(content []byte) ([]Row, error) {
 		case r.AggregateVersion < 0:
 			return nil, fmt.Errorf("emitted events: row %d (%s): aggregate version %d", i, r.ID, r.AggregateVersion)
 		}
+		if hasNUL(r) {
+			return nil, fmt.Errorf("emitted events: row %d (%s): a NUL character, which no text column holds", i, r.ID)
+		}
 		if r.ContentType == "" {
 			r.ContentType = ContentTypeJSON
 		}
@@ -92,4 +95,20 @@ func Decode(content []byte) ([]Row, error) {
 		}
 	}
 	return rows, nil
+}
+
+// hasNUL reports whether a text field of r holds a NUL character (JSON can spell it,
+// PostgreSQL's text and jsonb cannot store it: writing such a row would fail every time).
+func hasNUL(r *Row) bool {
+	for _, v := range []string{r.AggregateType, r.AggregateID, r.EventType, r.Topic, r.ContentType, r.TraceParent} {
+		if strings.IndexByte(v, 0) >= 0 {
+			return true
+		}
+	}
+	for k, v := range r.Headers {
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			return true
+		}
+	}
+	return false
 }
