@@ -403,3 +403,76 @@ func TestStreamedEmittedTransactions(t *testing.T) {
 		t.Fatalf("%d rows, want none", n)
 	}
 }
+
+// A slow publish in table-less mode delays its own aggregate only: the Source does not
+// wait for a Publish call that outlives SlowPublish — its events are written as held rows
+// and the group is confirmed — so other aggregates' later transactions go out at once; when
+// the call returns its event is settled as published (once), and the aggregate's later
+// events, written behind it, follow in order.
+func TestSlowEmittedPublishHoldsOnlyItsAggregate(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	release := make(chan struct{})
+	var slowCalls atomic.Int32
+	sink := &memsink.Sink{FailFunc: func(m outbox.Message) error {
+		if m.AggregateID == "slow" && m.AggregateVersion == 1 && slowCalls.Add(1) == 1 {
+			<-release // its first publish hangs until the test lets it go
+		}
+		return nil
+	}}
+	r, err := relay.New(pool, sink, &relay.Config{
+		Mode: relay.Ordered, Wakeup: relay.WakeupPoll, PollInterval: time.Hour, LeaseTTL: 30 * time.Second,
+		SlowPublish: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second, Logger: testLogger,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "relay", r.Run)
+	waitUntil(t, 10*time.Second, "the relay leases every partition", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner()) == 16
+	})
+	s := newSource(t, pool, r, slotName(t, pool))
+	startSource(t, pool, s)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+
+	emit(t, pool, s.cfg.Slot, []string{"slow", "fast"}, 1, 1)
+	for v := 2; v <= 5; v++ {
+		emit(t, pool, s.cfg.Slot, []string{"slow", "fast"}, v, 1)
+	}
+	waitUntil(t, 20*time.Second, "the fast aggregate's five events, while the slow one's publish hangs", func() bool {
+		n := 0
+		for _, m := range sink.Messages() {
+			if m.AggregateID == "fast" {
+				n++
+			}
+		}
+		return n == 5
+	})
+	for _, m := range sink.Messages() {
+		if m.AggregateID == "slow" {
+			t.Fatalf("slow/%d published while its aggregate's first publish hangs", m.AggregateVersion)
+		}
+	}
+	// the rows are written once the publish of the group they came in has been classified
+	waitUntil(t, 10*time.Second, "5 pending rows of the slow aggregate (the held one and the four behind it)", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE aggregate_id = 'slow' AND published_at IS NULL`) == 5
+	})
+	close(release)
+	msgs := waitDelivered(t, sink, 10, 30*time.Second)
+	checkOrder(t, msgs)
+	waitUntil(t, 10*time.Second, "the slow aggregate's rows published", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`) == 5
+	})
+	if n := sink.Count(); n != 10 {
+		for _, m := range sink.Messages() {
+			t.Logf("delivered %s/%d", m.AggregateID, m.AggregateVersion)
+		}
+		t.Fatalf("%d deliveries, want 10: the held event went out twice", n)
+	}
+}

@@ -81,9 +81,12 @@ func (b *batcher) publishEmitted(ctx context.Context, events []Emitted) (Emitted
 			send = append(send, m)
 		}
 	}
-	var out settlement
+	var (
+		out  settlement
+		late *lateEmitted
+	)
 	if len(send) > 0 {
-		out = b.publishEmittedNow(ctx, send)
+		out, late = b.publishEmittedNow(ctx, send)
 	}
 	decided := make(map[int64]int, len(out.outcomes.Seqs))
 	for j, seq := range out.outcomes.Seqs {
@@ -111,7 +114,11 @@ func (b *batcher) publishEmitted(ctx context.Context, events []Emitted) (Emitted
 		if b.cfg.Mode == Ordered {
 			stopped[keyOf(m)] = true
 		}
-		rows.add(&events[i], o, reason, delay)
+		at := events[i].AvailableAt
+		if o == outcomeHeld {
+			at = late.until
+		}
+		rows.add(&events[i], o, reason, delay, at)
 		switch o {
 		case outcomeRetry:
 			res.Retried++
@@ -121,8 +128,16 @@ func (b *batcher) publishEmitted(ctx context.Context, events []Emitted) (Emitted
 	}
 	res.Written = len(rows.Columns.IDs)
 	if res.Written > 0 {
-		if err := b.writeEmitted(ctx, &rows); err != nil {
+		seqs, err := b.writeEmitted(ctx, &rows)
+		if err != nil {
+			if late != nil {
+				late.running.cancel()
+				<-late.running.done
+			}
 			return res, err
+		}
+		if late != nil {
+			b.late.Go(func() { late.settle(context.WithoutCancel(ctx), b, seqs) })
 		}
 	}
 	b.noteRetries(out.earliestRetry)
@@ -180,65 +195,119 @@ func (b *batcher) emittedToTable(ctx context.Context, events []Emitted, msgs []o
 }
 
 // publishEmittedNow publishes msgs (their Seq, an index, is sent as 0) unless the
-// breaker holds the sink down, waits for
-// every Publish call (there is no row to hold while a late one runs), and returns what
-// classify decided; with the sink down, nothing (each message then goes to the table
-// untouched).
-func (b *batcher) publishEmittedNow(ctx context.Context, msgs []outbox.Message) settlement {
+// breaker holds the sink down, and returns what classify decided of the calls that
+// returned; with the sink down, nothing (each message then goes to the table untouched).
+// Calls still running past SlowPublish (publish) are not waited for: their messages are
+// returned in late, to be written as held rows and settled when the calls return.
+func (b *batcher) publishEmittedNow(ctx context.Context, msgs []outbox.Message) (settlement, *lateEmitted) {
 	if ok, _ := b.breaker.acquire(time.Now()); !ok {
-		return settlement{}
+		return settlement{}, nil
 	}
 	sent := make([]outbox.Message, len(msgs)) // as the sink sees them: no seq (no row)
 	for i, m := range msgs {
 		sent[i] = m
 		sent[i].Seq = 0
 	}
+	started := time.Now()
 	p, running, err := b.publish(ctx, sent)
+	if err != nil { // the sink broke its contract: as down, nothing settled by it
+		if running != nil {
+			running.cancel()
+			<-running.done
+		}
+		b.breaker.down(time.Now())
+		return settlement{}, nil
+	}
+	returned, returnedResults := msgs, p
+	var late *lateEmitted
 	if running != nil {
-		<-running.done
-		running.cancel()
-		if err == nil {
-			err = running.err
+		returned, returnedResults = p.without(msgs, running.msgs)
+		late = &lateEmitted{
+			msgs: msgs, p: p, running: running,
+			until: time.Now().Add(b.cfg.BatchTimeout - time.Since(started) + heldMargin).Truncate(time.Microsecond),
 		}
 	}
-	if err != nil { // the sink broke its contract: as down, nothing settled by it
-		b.breaker.down(time.Now())
-		return settlement{}
-	}
-	out, down := b.classify(msgs, p)
+	out, down := b.classify(returned, returnedResults)
 	if down {
+		if late != nil { // their events go to the table untouched with the others
+			running.cancel()
+			<-running.done
+		}
 		if b.breaker.down(time.Now()) {
 			b.stats.breakerOpens.Add(1)
 			b.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(p.errs)))
 		}
 		b.stats.sinkDownBatches.Add(1)
-		return settlement{}
+		return settlement{}, nil
 	}
 	if out.published > 0 {
 		b.breaker.success()
 	} else {
 		b.breaker.inconclusive()
 	}
-	return out
+	if late != nil {
+		for _, i := range running.msgs {
+			out.add(msgs[i].Seq, outcomeHeld, nil, 0)
+		}
+	}
+	return out, late
+}
+
+// lateEmitted is the Publish calls of emitted events still running after
+// publishEmittedNow returned: their events are written held (pending, available at
+// until, the token settle_late.sql checks) and settled when the calls return.
+type lateEmitted struct {
+	msgs    []outbox.Message // the published messages (Seq: their index in the call's events)
+	p       published
+	running *inFlight
+	until   time.Time
+}
+
+// settle waits for the calls and settles the held rows (settleLate): seqs maps each
+// written event's id to its row's seq. An event whose row was there already (read again
+// after a crash) has none: it stays held until l.until, then the claims take it.
+func (l *lateEmitted) settle(ctx context.Context, b *batcher, seqs map[[16]byte]int64) {
+	<-l.running.done // its err is set by then: the copy below carries it
+	msgs := slices.Clone(l.msgs)
+	var keep []int
+	for _, i := range l.running.msgs {
+		if seq, ok := seqs[msgs[i].ID]; ok {
+			msgs[i].Seq = seq
+			keep = append(keep, i)
+		}
+	}
+	running := *l.running
+	running.msgs = keep
+	b.settleLate(ctx, heldRows{msgs: msgs, p: l.p, running: &running, until: l.until, parts: []int{}, epochs: []int64{}})
 }
 
 // writeEmitted writes rows to the events table (emitted_write.sql), without JIT as the
 // claims (claimSettings): a statement over thousands of rows is estimated high enough to
-// be compiled, which costs more than it runs.
-func (b *batcher) writeEmitted(ctx context.Context, rows *emittedRows) error {
+// be compiled, which costs more than it runs. It returns the seq of each row it wrote,
+// by id (a row already there, read again after a crash, is not).
+func (b *batcher) writeEmitted(ctx context.Context, rows *emittedRows) (map[[16]byte]int64, error) {
 	qctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()
+	seqs := make(map[[16]byte]int64, len(rows.Columns.IDs))
 	err := pgx.BeginFunc(qctx, b.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(qctx, "SET LOCAL jit = off"); err != nil {
 			return err
 		}
-		_, err := tx.Exec(qctx, b.q.emittedWrite.SQL, b.q.emittedWrite.Args(rows)...)
+		written, err := tx.Query(qctx, b.q.emittedWrite.SQL, b.q.emittedWrite.Args(rows)...)
+		if err != nil {
+			return err
+		}
+		var (
+			id  [16]byte
+			seq int64
+		)
+		_, err = pgx.ForEachRow(written, []any{&id, &seq}, func() error { seqs[id] = seq; return nil })
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("relay: write %d emitted events to the table: %w", len(rows.Columns.IDs), err)
+		return nil, fmt.Errorf("relay: write %d emitted events to the table: %w", len(rows.Columns.IDs), err)
 	}
-	return nil
+	return seqs, nil
 }
 
 // behindParams are emitted_behind.sql's parameters, bound by name.
@@ -258,7 +327,7 @@ type emittedRows struct {
 	DelaysMS []int64    `sql:"delays_ms"`
 }
 
-func (r *emittedRows) add(e *Emitted, o outcome, reason *string, delayMS int64) {
+func (r *emittedRows) add(e *Emitted, o outcome, reason *string, delayMS int64, availableAt time.Time) {
 	m := e.Message
 	m.Payload = nilIfEmpty(m.Payload)
 	if m.CreatedAt.IsZero() {
@@ -268,7 +337,7 @@ func (r *emittedRows) add(e *Emitted, o outcome, reason *string, delayMS int64) 
 	if m.TraceParent != "" {
 		tp = &m.TraceParent
 	}
-	r.Columns.add(&m, headersJSON(m.Headers), tp, emitted.IsJSON(m.ContentType), e.AvailableAt)
+	r.Columns.add(&m, headersJSON(m.Headers), tp, emitted.IsJSON(m.ContentType), availableAt)
 	r.Outcomes, r.Errors, r.DelaysMS = append(r.Outcomes, string(o)), append(r.Errors, reason), append(r.DelaysMS, delayMS)
 }
 

@@ -3,7 +3,9 @@
 -- order), each with its state: what the relay decided when it could not publish it
 -- (@outcomes, relay/settle.go's words): 'untouched' pending as written, 'deferred' pending
 -- after @delays_ms without an attempt counted (the sink was down), 'retry' pending after
--- @delays_ms with one attempt counted, 'dead' dead at once; @errors is last_error. From
+-- @delays_ms with one attempt counted, 'dead' dead at once, 'held' pending until exactly
+-- @available_at (its Publish call still runs: settle_late.sql settles it by that token
+-- when the call returns, by the seq this statement returns); @errors is last_error. From
 -- then on the event is a row like any other: the polling claims retry it, dead letters
 -- hold its aggregate, replay and discard work. Bound by name to emittedRows in
 -- relay/emitted.go, one element per event in every array; @payload_is_json says which
@@ -24,7 +26,8 @@ SELECT u.id, u.aggregate_type, u.aggregate_id, CASE WHEN NOT v.taken THEN nullif
        CASE WHEN u.payload_is_json THEN convert_from(u.payload, 'UTF8')::json END,
        CASE WHEN NOT u.payload_is_json THEN u.payload END,
        u.trace_parent, u.created_at,
-       greatest(u.available_at, now() + make_interval(secs => u.delay_ms / 1000.0)),
+       CASE WHEN u.outcome = 'held' THEN u.available_at
+            ELSE greatest(u.available_at, now() + make_interval(secs => u.delay_ms / 1000.0)) END,
        CASE WHEN u.outcome IN ('retry', 'dead') THEN 1 ELSE 0 END,
        CASE WHEN v.taken THEN concat_ws('; ', 'aggregate version ' || u.aggregate_version || ' was written by another event already: kept without it', u.error)
             ELSE u.error END,
@@ -45,3 +48,4 @@ CROSS JOIN LATERAL (
 ) v
 ORDER BY u.ord
 ON CONFLICT (id) DO NOTHING
+RETURNING id, seq
