@@ -106,9 +106,9 @@ func (r *Relay) publishSeqsAtOnce(ctx context.Context, seqs []int64) (SeqsResult
 			<-slots
 			break
 		}
-		if ok, _ := r.batches.breaker.acquire(time.Now()); !ok || r.batches.breaker.open() {
+		if ok, _ := r.batches.breaker.acquire(time.Now()); !ok {
 			<-slots
-			r.Wake() // the sink is down: as in PublishSeqs
+			r.Wake() // the sink is down, or another batch probes it: as in PublishSeqs
 			break
 		}
 		wg.Go(func() {
