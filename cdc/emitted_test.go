@@ -156,14 +156,10 @@ func TestEmittedFailuresBecomeRows(t *testing.T) {
 		}
 		return nil
 	}}
-	r, err := relay.New(pool, sink, &relay.Config{
+	r := runRelay(t, pool, sink, &relay.Config{
 		Mode: relay.Ordered, Wakeup: relay.WakeupPoll, PollInterval: time.Hour, LeaseTTL: 30 * time.Second,
 		SlowPublish: time.Minute, RetryBaseDelay: 200 * time.Millisecond, ShutdownTimeout: 5 * time.Second, Logger: testLogger,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, "relay", r.Run)
 	s := newSource(t, pool, r, slotName(t, pool))
 	startSource(t, pool, s)
 	ctx := t.Context()
@@ -420,16 +416,9 @@ func TestSlowEmittedPublishHoldsOnlyItsAggregate(t *testing.T) {
 		}
 		return nil
 	}}
-	r, err := relay.New(pool, sink, &relay.Config{
+	r := runRelay(t, pool, sink, &relay.Config{
 		Mode: relay.Ordered, Wakeup: relay.WakeupPoll, PollInterval: time.Hour, LeaseTTL: 30 * time.Second,
 		SlowPublish: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second, Logger: testLogger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, "relay", r.Run)
-	waitUntil(t, 10*time.Second, "the relay leases every partition", func() bool {
-		return queryInt(t, pool, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner()) == 16
 	})
 	s := newSource(t, pool, r, slotName(t, pool))
 	startSource(t, pool, s)

@@ -28,15 +28,22 @@ var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Le
 // sees published went by change data capture unless it wakes the relay; and starts it.
 func newRelay(t *testing.T, pool *pgxpool.Pool, sink outbox.Sink, mode relay.Mode) *relay.Relay {
 	t.Helper()
-	r, err := relay.New(pool, sink, &relay.Config{
+	return runRelay(t, pool, sink, &relay.Config{
 		Mode: mode, Wakeup: relay.WakeupPoll, PollInterval: time.Hour, LeaseTTL: 30 * time.Second,
 		SlowPublish: time.Minute, ShutdownTimeout: 5 * time.Second, Logger: testLogger,
 	})
+}
+
+// runRelay starts a relay with cfg until the test ends and, in ordered mode, waits
+// until it leases every partition.
+func runRelay(t *testing.T, pool *pgxpool.Pool, sink outbox.Sink, cfg *relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(pool, sink, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(t, "relay", r.Run)
-	if mode == relay.Ordered {
+	if cfg.Mode != relay.Unordered {
 		waitUntil(t, 10*time.Second, "the relay leases every partition", func() bool {
 			return queryInt(t, pool, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner()) == 16
 		})

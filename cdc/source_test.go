@@ -64,39 +64,40 @@ func TestSourcePublishesWhatCommits(t *testing.T) {
 	}
 }
 
-// A sink outage under change data capture (the relay's sink-outage test, in CDC mode):
-// the events written while the sink is down are confirmed as left to the polling
-// claims, which wait for the breaker, probe, and publish them all, in order, once the
-// sink is back — none lost, though the relay polls only once an hour.
+// A sink outage under change data capture (the relay's sink-outage test, in CDC mode),
+// in each mode: the events written while the sink is down are confirmed as left to the
+// polling claims, which wait for the breaker, probe, and publish them all (in order, in
+// ordered mode) once the sink is back — none lost, though the relay polls only once an
+// hour, and the Source's by-seq batches never hold the breaker's probe they took.
 func TestSinkOutageUnderCDC(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	sink := &memsink.Sink{}
-	r, err := relay.New(pool, sink, &relay.Config{
-		Wakeup: relay.WakeupPoll, PollInterval: time.Hour, LeaseTTL: 30 * time.Second, SlowPublish: time.Minute,
-		BreakerInitialDelay: 100 * time.Millisecond, BreakerMaxDelay: 400 * time.Millisecond, Logger: testLogger,
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			sink := &memsink.Sink{}
+			r := runRelay(t, pool, sink, &relay.Config{
+				Mode: mode, Wakeup: relay.WakeupPoll, PollInterval: time.Hour, LeaseTTL: 30 * time.Second, SlowPublish: time.Minute,
+				BreakerInitialDelay: 100 * time.Millisecond, BreakerMaxDelay: 400 * time.Millisecond, Logger: testLogger,
+			})
+			s := newSource(t, pool, r, slotName(t, pool))
+			startSource(t, pool, s)
+			write(t, pool, ids("before", 10), 1, 2)
+			waitDelivered(t, sink, 20, 30*time.Second)
+			sink.SetDown(true)
+			for v := 1; v <= 5; v++ {
+				write(t, pool, ids("during", 20), v, 1)
+			}
+			waitUntil(t, 20*time.Second, "the Source has read the events written during the outage", func() bool { return s.Stats().Events == 120 })
+			time.Sleep(500 * time.Millisecond) // several breaker probes fail
+			if n := sink.Count(); n != 20 {
+				t.Fatalf("%d delivered while the sink was down", n-20)
+			}
+			sink.SetDown(false)
+			msgs := waitDelivered(t, sink, 120, 30*time.Second)
+			if mode == relay.Ordered {
+				checkOrder(t, msgs)
+			}
+		})
 	}
-	run(t, "relay", r.Run)
-	waitUntil(t, 10*time.Second, "the relay leases every partition", func() bool {
-		return queryInt(t, pool, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner()) == 16
-	})
-	s := newSource(t, pool, r, slotName(t, pool))
-	startSource(t, pool, s)
-	write(t, pool, ids("before", 10), 1, 2)
-	waitDelivered(t, sink, 20, 30*time.Second)
-	sink.SetDown(true)
-	for v := 1; v <= 5; v++ {
-		write(t, pool, ids("during", 20), v, 1)
-	}
-	waitUntil(t, 20*time.Second, "the Source has read the events written during the outage", func() bool { return s.Stats().Events == 120 })
-	time.Sleep(500 * time.Millisecond) // several breaker probes fail
-	if n := sink.Count(); n != 20 {
-		t.Fatalf("%d delivered while the sink was down", n-20)
-	}
-	sink.SetDown(false)
-	msgs := waitDelivered(t, sink, 120, 30*time.Second)
-	checkOrder(t, msgs)
 }
