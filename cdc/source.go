@@ -172,8 +172,9 @@ func New(pool *pgxpool.Pool, r *relay.Relay, cfg *Config) (*Source, error) {
 	}
 	return &Source{
 		pool: pool, relay: r, cfg: c, schema: rc.Schema, slotQuery: sqlq.Bind[slotParams]("cdc_slot", quoted),
-		visibleQuery: sqlq.Bind[visibleParams]("cdc_visible", quoted), hasEventsQuery: sqlq.Bind[struct{}]("cdc_has_events", quoted),
-		log: log.With(slog.String("schema", rc.Schema), slog.String("slot", c.Slot)),
+		visibleQuery:   sqlq.Bind[visibleParams]("cdc_visible", quoted),
+		hasEventsQuery: sqlq.Bind[struct{}]("cdc_has_events", quoted),
+		log:            log.With(slog.String("schema", rc.Schema), slog.String("slot", c.Slot)),
 	}, nil
 }
 
