@@ -465,3 +465,32 @@ func TestSlowEmittedPublishHoldsOnlyItsAggregate(t *testing.T) {
 		t.Fatalf("%d deliveries, want 10: the held event went out twice", n)
 	}
 }
+
+// A sink outage in table-less mode: what the Source reads while the sink is down goes to
+// the table as pending rows with no attempt counted (an outage is not the events' fault),
+// the slot is confirmed past it, and once the sink is back the relay's polling publishes
+// every one, each aggregate in order.
+func TestSinkOutageWithEmittedEvents(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	sink := &memsink.Sink{}
+	r := runRelay(t, pool, sink, &relay.Config{
+		Wakeup: relay.WakeupPoll, PollInterval: time.Hour, LeaseTTL: 30 * time.Second, SlowPublish: time.Minute,
+		BreakerInitialDelay: 100 * time.Millisecond, BreakerMaxDelay: 400 * time.Millisecond, Logger: testLogger,
+	})
+	s := newSource(t, pool, r, slotName(t, pool))
+	startSource(t, pool, s)
+	emit(t, pool, s.cfg.Slot, ids("before", 10), 1, 1)
+	waitDelivered(t, sink, 10, 30*time.Second)
+	sink.SetDown(true)
+	for v := 2; v <= 4; v++ {
+		emit(t, pool, s.cfg.Slot, ids("before", 10), v, 1)
+	}
+	waitUntil(t, 20*time.Second, "the 30 events read during the outage written to the table", func() bool { return s.Stats().Written == 30 })
+	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL AND dead_at IS NULL AND attempts = 0`); n != 30 {
+		t.Fatalf("%d pending rows with no attempt counted, want 30", n)
+	}
+	waitConfirmedPastNow(t, pool, s.cfg.Slot)
+	sink.SetDown(false)
+	checkOrder(t, waitDelivered(t, sink, 40, 30*time.Second))
+}
