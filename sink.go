@@ -52,8 +52,29 @@ type Message struct {
 //     msgs, nor keep them (or their Payload and Headers) after it returns.
 //   - A sink whose ack is weaker than "durable at the broker" (a file sink that does not
 //     fsync) says so in its documentation.
+//   - When ctx is marked [WithoutOrder] (an unordered relay marks each of its calls), the
+//     order point above does not hold: the caller needs no order, so a sink may send
+//     every message at once and a failure stops no other message ([ErrNotSent] is then
+//     never needed).
 type Sink interface {
 	Publish(ctx context.Context, msgs []Message) []error
+}
+
+type withoutOrderKey struct{}
+
+// WithoutOrder returns a copy of ctx that tells a [Sink]'s Publish its caller needs no
+// order among the messages of the call, not even within an aggregate: an unordered
+// relay passes it, so a pipelining sink sends a whole call at once instead of one wave
+// per position in an aggregate.
+func WithoutOrder(ctx context.Context) context.Context {
+	return context.WithValue(ctx, withoutOrderKey{}, true)
+}
+
+// OrderNeeded reports whether a Publish call with ctx must keep its messages' order
+// within each aggregate: true unless ctx was marked with [WithoutOrder].
+func OrderNeeded(ctx context.Context) bool {
+	unordered, _ := ctx.Value(withoutOrderKey{}).(bool)
+	return !unordered
 }
 
 // ErrNotSent is the result for a message a sink did not try to send because an

@@ -32,6 +32,9 @@ type published struct {
 // an error only when the sink broke its contract (not one result per message).
 func (b *batcher) publish(ctx context.Context, msgs []outbox.Message) (published, *inFlight, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
+	if b.cfg.Mode == Unordered {
+		ctx = outbox.WithoutOrder(ctx)
+	}
 	calls := spread(msgs, b.cfg.PublishCalls)
 	p := published{errs: make([]error, len(msgs)), late: make([]bool, len(msgs)), call: make([]int, len(msgs))}
 	if len(calls) == 1 {

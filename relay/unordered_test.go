@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,4 +202,45 @@ func lastDelivery(msgs []outbox.Message, id string) outbox.Message {
 		}
 	}
 	return last
+}
+
+// orderNoting wraps a sink and notes, per Publish call, whether its ctx asked for order.
+type orderNoting struct {
+	outbox.Sink
+	ordered, unordered atomic.Int64
+}
+
+func (s *orderNoting) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	if outbox.OrderNeeded(ctx) {
+		s.ordered.Add(1)
+	} else {
+		s.unordered.Add(1)
+	}
+	return s.Sink.Publish(ctx, msgs)
+}
+
+// An unordered relay tells its sink that a call needs no order (outbox.WithoutOrder), so a
+// pipelining sink sends it in one wave; an ordered relay never does.
+func TestPublishCallsSayWhetherTheyNeedOrder(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			enqueue(t, pool, aggregates("a", 5), 20)
+			mem := &memsink.Sink{}
+			sink := &orderNoting{Sink: mem}
+			cfg := fastConfig()
+			cfg.Mode = mode
+			start(t, newRelay(t, pool, sink, cfg))
+			waitFor(t, mem, 20*time.Second, "every event", distinct(100))
+			ordered, unordered := sink.ordered.Load(), sink.unordered.Load()
+			if mode == relay.Ordered && (ordered == 0 || unordered != 0) {
+				t.Fatalf("ordered relay: %d calls needing order, %d not; want every call to need it", ordered, unordered)
+			}
+			if mode == relay.Unordered && (unordered == 0 || ordered != 0) {
+				t.Fatalf("unordered relay: %d calls needing order, %d not; want none to need it", ordered, unordered)
+			}
+		})
+	}
 }

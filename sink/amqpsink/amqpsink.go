@@ -270,7 +270,7 @@ var errDisconnected = errors.New("not connected to the broker; reconnecting")
 // in time, ctx's error when it ends first, and [outbox.ErrNotSent] after an earlier
 // message of the same aggregate failed.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	plan := sinkformat.NewPlan(msgs)
+	plan := sinkformat.NewPlan(ctx, msgs)
 	pubs := make([]amqp.Publishing, len(msgs))
 	keys := make([]string, len(msgs))
 	for i := range msgs {

@@ -315,7 +315,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	c := &call{}
 	var wg sync.WaitGroup
-	for _, group := range sinkformat.Aggregates(msgs) {
+	for _, group := range sinkformat.Aggregates(ctx, msgs) {
 		wg.Go(func() { s.publishAggregate(ctx, c, msgs, group, errs) })
 	}
 	wg.Wait()

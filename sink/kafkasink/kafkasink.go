@@ -183,7 +183,7 @@ type result struct {
 // plain error for other failures, and [outbox.ErrNotSent] after an earlier message of
 // the same aggregate failed.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	plan := sinkformat.NewPlan(msgs)
+	plan := sinkformat.NewPlan(ctx, msgs)
 	records := make([]*kgo.Record, len(msgs))
 	for i := range msgs {
 		r, err := s.record(&msgs[i])

@@ -146,7 +146,7 @@ type pending struct {
 // stream cannot be reached, ctx's error when it ends first, and
 // [outbox.ErrNotSent] after an earlier message of the same aggregate failed.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	plan := sinkformat.NewPlan(msgs)
+	plan := sinkformat.NewPlan(ctx, msgs)
 	out := make([]*nats.Msg, len(msgs))
 	for i := range msgs {
 		m, err := s.message(&msgs[i])

@@ -1,12 +1,18 @@
 package sinkformat
 
-import "github.com/outboxkit/outbox"
+import (
+	"context"
+
+	"github.com/outboxkit/outbox"
+)
 
 // Plan orders one Publish call for a sink that pipelines: each wave holds the next
 // message of every aggregate that has not failed, so a sink can send a whole wave
 // before waiting for its acks, and never sends a message of an aggregate whose
 // earlier message failed. Messages of one aggregate go out one wave after another, in
-// the order of msgs. A Plan is not safe for concurrent use.
+// the order of msgs. When the call needs no order ([outbox.OrderNeeded] false), every
+// message is a wave's only aggregate: the first wave is the whole call and a failure
+// stops nothing else. A Plan is not safe for concurrent use.
 type Plan struct {
 	errs    []error
 	queues  [][]int // per aggregate, in order of first appearance: message indexes in order
@@ -19,9 +25,17 @@ type Plan struct {
 // Aggregates groups msgs by aggregate: the indexes (into msgs) of each aggregate's
 // messages in the order of msgs, one group per aggregate in the order of first
 // appearance — for a sink that sends each aggregate's messages one after another and
-// the aggregates at once.
-func Aggregates(msgs []outbox.Message) [][]int {
+// the aggregates at once. When the call needs no order ([outbox.OrderNeeded] false),
+// each message is a group of its own.
+func Aggregates(ctx context.Context, msgs []outbox.Message) [][]int {
 	var groups [][]int
+	if !outbox.OrderNeeded(ctx) {
+		groups = make([][]int, len(msgs))
+		for i := range msgs {
+			groups[i] = []int{i}
+		}
+		return groups
+	}
 	index := make(map[[2]string]int)
 	for i := range msgs {
 		k := [2]string{msgs[i].AggregateType, msgs[i].AggregateID}
@@ -36,10 +50,10 @@ func Aggregates(msgs []outbox.Message) [][]int {
 	return groups
 }
 
-// NewPlan plans the publication of msgs.
-func NewPlan(msgs []outbox.Message) *Plan {
+// NewPlan plans the publication of msgs by a Publish call with ctx.
+func NewPlan(ctx context.Context, msgs []outbox.Message) *Plan {
 	p := &Plan{errs: make([]error, len(msgs)), queueOf: make([]int, len(msgs)), posOf: make([]int, len(msgs))}
-	p.queues = Aggregates(msgs)
+	p.queues = Aggregates(ctx, msgs)
 	for q, queue := range p.queues {
 		for pos, i := range queue {
 			p.queueOf[i], p.posOf[i] = q, pos

@@ -21,7 +21,7 @@ func agg(ids ...string) []outbox.Message {
 func TestPlanWaves(t *testing.T) {
 	t.Parallel()
 	msgs := agg("a", "b", "a", "c", "a", "b")
-	p := sinkformat.NewPlan(msgs)
+	p := sinkformat.NewPlan(t.Context(), msgs)
 	var waves [][]int
 	for w := p.Next(); w != nil; w = p.Next() {
 		waves = append(waves, w)
@@ -34,7 +34,7 @@ func TestPlanWaves(t *testing.T) {
 func TestPlanFailStopsTheAggregate(t *testing.T) {
 	t.Parallel()
 	errBad := errors.New("bad")
-	p := sinkformat.NewPlan(agg("a", "b", "a", "b", "a"))
+	p := sinkformat.NewPlan(t.Context(), agg("a", "b", "a", "b", "a"))
 	p.Fail(3, errBad) // before it is sent: b's first message still goes
 	if w := p.Next(); !reflect.DeepEqual(w, []int{0, 1}) {
 		t.Fatalf("wave 1 = %v", w)
@@ -54,7 +54,7 @@ func TestPlanFailStopsTheAggregate(t *testing.T) {
 func TestPlanUnavailableSpreads(t *testing.T) {
 	t.Parallel()
 	down := outbox.Unavailable(errors.New("down"))
-	p := sinkformat.NewPlan(agg("a", "a", "a"))
+	p := sinkformat.NewPlan(t.Context(), agg("a", "a", "a"))
 	p.Next()
 	p.Fail(0, down)
 	for i, err := range p.Errors() {
@@ -67,7 +67,7 @@ func TestPlanUnavailableSpreads(t *testing.T) {
 func TestPlanFailRest(t *testing.T) {
 	t.Parallel()
 	errGone := errors.New("gone")
-	p := sinkformat.NewPlan(agg("a", "b", "a", "a"))
+	p := sinkformat.NewPlan(t.Context(), agg("a", "b", "a", "a"))
 	p.Next() // sent and acked
 	if w := p.Next(); !reflect.DeepEqual(w, []int{2}) {
 		t.Fatalf("wave 2 = %v", w)
@@ -86,10 +86,31 @@ func TestAggregates(t *testing.T) {
 	msgs := agg("a", "b", "a", "c", "a", "b")
 	msgs[3].AggregateType = "invoice" // same id, another type: another aggregate
 	msgs = append(msgs, outbox.Message{AggregateType: "invoice", AggregateID: "a"})
-	if got, want := sinkformat.Aggregates(msgs), [][]int{{0, 2, 4}, {1, 5}, {3}, {6}}; !reflect.DeepEqual(got, want) {
+	if got, want := sinkformat.Aggregates(t.Context(), msgs), [][]int{{0, 2, 4}, {1, 5}, {3}, {6}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("Aggregates = %v, want %v", got, want)
 	}
-	if got := sinkformat.Aggregates(nil); got != nil {
+	if got := sinkformat.Aggregates(t.Context(), nil); got != nil {
 		t.Fatalf("Aggregates(nil) = %v", got)
+	}
+}
+
+// A call that needs no order is one wave, and a failure stops no other message.
+func TestPlanWithoutOrder(t *testing.T) {
+	t.Parallel()
+	ctx := outbox.WithoutOrder(t.Context())
+	p := sinkformat.NewPlan(ctx, agg("a", "b", "a", "a"))
+	if w := p.Next(); !reflect.DeepEqual(w, []int{0, 1, 2, 3}) {
+		t.Fatalf("wave 1 = %v, want the whole call", w)
+	}
+	errBad := errors.New("bad")
+	p.Fail(0, errBad)
+	if w := p.Next(); w != nil {
+		t.Fatalf("wave 2 = %v, want none", w)
+	}
+	if errs := p.Errors(); fmt.Sprint(errs) != fmt.Sprint([]error{errBad, nil, nil, nil}) {
+		t.Fatalf("errors %v: a failure stopped the aggregate's later messages", errs)
+	}
+	if got, want := sinkformat.Aggregates(ctx, agg("a", "b", "a")), [][]int{{0}, {1}, {2}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Aggregates without order = %v, want %v", got, want)
 	}
 }

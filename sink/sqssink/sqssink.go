@@ -180,7 +180,7 @@ type entry struct {
 // error or a timeout, ctx's error when it ends first, and [outbox.ErrNotSent] after
 // an earlier message of the same aggregate failed.
 func (s *Sink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	plan := sinkformat.NewPlan(msgs)
+	plan := sinkformat.NewPlan(ctx, msgs)
 	entries := make([]entry, len(msgs))
 	for i := range msgs {
 		e, err := s.entry(&msgs[i])

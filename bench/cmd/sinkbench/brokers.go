@@ -23,8 +23,10 @@ import (
 // broker is one broker under measurement: its sink, the plain loop's publish, and what
 // to release afterwards.
 type broker struct {
-	sink    outbox.Sink
-	plain   func(context.Context, []row) error
+	sink  outbox.Sink
+	plain func(context.Context, []row) error
+	// empty removes what the last drain left at the broker (nil: nothing to remove).
+	empty   func(context.Context) error
 	closers []func()
 }
 
@@ -129,6 +131,7 @@ func newNATS(ctx context.Context, url string) (*broker, error) {
 		return nil, fmt.Errorf("create stream %s: %w", name, err)
 	}
 	b.closers = append(b.closers, func() { _ = js.DeleteStream(context.Background(), name) })
+	b.empty = func(ctx context.Context) error { return st.Purge(ctx) }
 	sink, err := natssink.New(ctx, js, &natssink.Config{Stream: st.CachedInfo().Config.Name, Subject: "sinkbench.{{.AggregateType}}"})
 	if err != nil {
 		b.close()
@@ -183,6 +186,7 @@ func newAMQP(url string) (*broker, error) {
 		func() error { _, err := ch.QueueDeclare(name, true, false, false, false, nil); return err }(),
 		ch.QueueBind(name, "#", name, false, nil),
 	)
+	b.empty = func(context.Context) error { _, err := ch.QueuePurge(name, false); return err }
 	b.closers = append(b.closers, func() {
 		_, _ = ch.QueueDelete(name, false, false, false)
 		_ = ch.ExchangeDelete(name, false, false)

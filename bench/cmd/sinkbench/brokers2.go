@@ -125,8 +125,7 @@ func newRedis(ctx context.Context, addr string, dedup bool) (*broker, error) {
 		return nil, fmt.Errorf("connect to redis at %s: %w", addr, err)
 	}
 	prefix := fmt.Sprintf("sinkbench:%d:", os.Getpid())
-	b.closers = append(b.closers, func() {
-		ctx := context.Background()
+	b.empty = func(ctx context.Context) error {
 		iter := client.Scan(ctx, 0, "*"+prefix+"*", 1000).Iterator()
 		var keys []string
 		for iter.Next(ctx) {
@@ -134,10 +133,14 @@ func newRedis(ctx context.Context, addr string, dedup bool) (*broker, error) {
 		}
 		for len(keys) > 0 {
 			n := min(len(keys), 1000)
-			client.Del(ctx, keys[:n]...)
+			if err := client.Del(ctx, keys[:n]...).Err(); err != nil {
+				return err
+			}
 			keys = keys[n:]
 		}
-	})
+		return iter.Err()
+	}
+	b.closers = append(b.closers, func() { _ = b.empty(context.Background()) })
 	sink, err := redissink.New(client, &redissink.Config{Stream: prefix + "{{.AggregateType}}", Dedup: dedup})
 	if err != nil {
 		b.close()
