@@ -135,10 +135,12 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 	if res.claimed == 0 {
 		return res, nil
 	}
-	// Work found: bring an idle peer in to claim the next batch while this one is
+	// A backlog found: bring an idle peer in to claim the next batch while this one is
 	// published, so one wake-up (a notification, Wake) sets every worker to a backlog,
-	// not just the one it reached. Not for a by-seq batch: its source names the next.
-	if seqs == nil {
+	// not just the one it reached. Not after a claim that took less than it may (it took
+	// what there was: the peer's claim would find nothing), nor for a by-seq batch (its
+	// source names the next).
+	if seqs == nil && c.full {
 		b.foundWork()
 	}
 	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {

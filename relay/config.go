@@ -86,6 +86,17 @@ type Config struct {
 	// self-test failed).
 	// Default [DefaultPollInterval] (500ms).
 	PollInterval time.Duration
+	// ClaimCooldown is the least time between the start of a claim that found events but
+	// less than a full batch (the relay had caught up) and the start of the relay's next
+	// claim, unless that claim follows a full one. Under a steady trickle the wake-ups
+	// that come sooner gather into one claim instead of a write transaction each: each
+	// of the relay's workers claims at most once per ClaimCooldown, so the relay's cost
+	// to the producers' commits stops growing with the rate of wake-ups (several
+	// Notifiers, the per-commit NOTIFY trigger). A backlog is claimed back to back, and
+	// an event after a quiet spell is claimed at once; no event waits for the cooldown
+	// longer than ClaimCooldown. Default [DefaultClaimCooldown] (5ms, the Notifier's
+	// coalescing window); negative: none.
+	ClaimCooldown time.Duration
 	// Wakeup says how an idle relay learns of new events sooner than PollInterval.
 	// WakeupListen ([DefaultWakeup]) LISTENs, on one dedicated connection, for the wake-ups
 	// sent by outbox.Notifier and the opt-in trigger (InstallNotifyTrigger), and falls
@@ -179,6 +190,7 @@ const (
 	DefaultFallbackPollInterval = 5 * time.Second
 	DefaultPollInterval         = 500 * time.Millisecond
 	DefaultWakeup               = WakeupListen
+	DefaultClaimCooldown        = 5 * time.Millisecond
 	// DefaultUnorderedConcurrency is the number of batches in flight that the unordered
 	// relays of a schema share when their Concurrency is unset.
 	DefaultUnorderedConcurrency = 2
@@ -220,6 +232,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.FallbackPollInterval = cmp.Or(cfg.FallbackPollInterval, DefaultFallbackPollInterval)
 	cfg.Wakeup = cmp.Or(cfg.Wakeup, DefaultWakeup)
+	cfg.ClaimCooldown = cmp.Or(cfg.ClaimCooldown, DefaultClaimCooldown)
 	cfg.PublishCalls = cmp.Or(cfg.PublishCalls, DefaultPublishCalls)
 	cfg.SlowPublish = cmp.Or(cfg.SlowPublish, DefaultSlowPublish)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,13 +28,17 @@ import (
 // applies the retention of published events, and the listener turns notifications into
 // wake-ups.
 type Relay struct {
-	pool    *pgxpool.Pool
-	cfg     Config
-	log     *slog.Logger
-	stats   counters
-	owner   string   // this relay in leases and relay_members: random per relay
-	wake    *wakeups // idle workers look for work now
-	workers workerPlan
+	pool  *pgxpool.Pool
+	cfg   Config
+	log   *slog.Logger
+	stats counters
+	owner string   // this relay in leases and relay_members: random per relay
+	wake  *wakeups // idle workers look for work now
+	// lastCaughtUp is when (unix ns) the relay's last claim that found events but not a
+	// full batch started:
+	// the claim cooldown runs from there (Relay.coolDown). 0: none yet.
+	lastCaughtUp atomic.Int64
+	workers      workerPlan
 
 	batches  *batcher
 	leases   *leaseKeeper

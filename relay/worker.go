@@ -15,10 +15,12 @@ import (
 // work runs batches, as worker number worker, until ctx is done. Batches use hard, so
 // one in flight when ctx is cancelled can still finish. An idle worker waits for a
 // wake-up, or its poll interval, and first asks with one cheap query whether there is
-// anything to claim.
+// anything to claim. A claim that does not follow a full one waits out the relay's
+// claim cooldown first (coolDown).
 func (r *Relay) work(ctx, hard context.Context, worker int) error {
-	probe := false // idle and not woken: ask cheaply before claiming
-	woken := false // the last idle wait ended on a wake-up
+	probe := false     // idle and not woken: ask cheaply before claiming
+	woken := false     // the last idle wait ended on a wake-up
+	afterFull := false // this worker's last claim took all it may: more may be waiting
 	for ctx.Err() == nil {
 		if worker >= r.activeWorkers() { // other relays share the default: wait
 			if woken { // it went idle before it had to wait: pass the wake-up on
@@ -33,6 +35,9 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			wait(ctx, d, nil)
 			continue
 		}
+		if !afterFull {
+			r.coolDown(ctx)
+		}
 		share := workerShare{index: worker, of: r.activeWorkers()}
 		if probe {
 			ready, err := r.batches.ready(hard, share)
@@ -43,7 +48,12 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 				continue
 			}
 		}
+		claimStart := time.Now()
 		res, err := r.batches.run(hard, share, nil)
+		afterFull = err == nil && res.full
+		if err == nil && res.claimed > 0 && !res.full { // caught up: a trickle's claim
+			r.lastCaughtUp.Store(claimStart.UnixNano())
+		}
 		switch {
 		case errors.Is(err, failpoint.ErrCrash):
 			return err
@@ -63,10 +73,11 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			r.batches.breaker.inconclusive()
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 			probe = r.probeAfter(woken)
-		case !res.full && r.listener.isListening():
+		case !res.full:
 			// The claim took what there was: claim again when told of more (a wake-up
-			// that came during the batch ends the wait at once), not straight away — an
-			// empty claim is a write transaction too.
+			// that came during the batch ends the wait at once) or at the next poll, not
+			// straight away — an empty claim is a transaction too, and it would start
+			// the claim cooldown again.
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 			probe = r.probeAfter(woken)
 		default:
@@ -74,6 +85,22 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		}
 	}
 	return nil
+}
+
+// coolDown waits until Config.ClaimCooldown has passed since the start of the relay's
+// last claim that found events but not a full batch (the relay had caught up): wake-ups that come in the meantime gather
+// into the one claim that follows (signals coalesce), so a trickle costs at most one
+// claim transaction per cooldown, however many workers the relay runs and however often
+// it is woken. ctx ending cuts the wait short.
+func (r *Relay) coolDown(ctx context.Context) {
+	last := r.lastCaughtUp.Load()
+	if r.cfg.ClaimCooldown <= 0 || last == 0 {
+		return
+	}
+	// at most one cooldown, should the wall clock step back
+	if d := min(time.Until(time.Unix(0, last).Add(r.cfg.ClaimCooldown)), r.cfg.ClaimCooldown); d > 0 {
+		wait(ctx, d, nil)
+	}
 }
 
 // probeAfter reports whether a worker whose idle wait ended (woken: by a wake-up) asks

@@ -72,8 +72,12 @@ type options struct {
 
 	rates           []int
 	latencyDuration time.Duration
-	latencyRounds   int      // peers: rounds of the whole set
-	peers           []string // peers: the real peers measured besides the relay and the plain loop
+	latencyRounds   int      // latency, peers: rounds of the whole set
+	latencyPaths    []string // latency: the keys of the paths to run
+	latencyDrained  int      // latency: published rows left behind before each run
+	// latency: more runs of the default path, one with each of these ClaimCooldowns
+	latencyCooldowns []time.Duration
+	peers            []string // peers: the real peers measured besides the relay and the plain loop
 
 	writerClients, writerRuns int
 	writerDuration            time.Duration
@@ -110,7 +114,10 @@ func main() {
 	flag.DurationVar(&o.scaleLatency, "scale-latency", time.Millisecond, "scale: sink latency per message")
 	flag.StringVar(&rates, "rates", "500,2000", "latency: steady producer rates, events/s")
 	flag.DurationVar(&o.latencyDuration, "latency-duration", 15*time.Second, "latency, peers: length of one producer run")
-	flag.IntVar(&o.latencyRounds, "latency-rounds", 2, "peers: rounds of the whole set of configurations, one after the other")
+	latencyPaths := flag.String("latency-paths", strings.Join(latencyPathKeys(), ","), "latency: paths to run, comma-separated, of "+strings.Join(latencyPathKeys(), ", "))
+	cooldowns := flag.String("latency-cooldowns", "", "latency: ClaimCooldowns of more runs of the default path, comma-separated (e.g. 2ms,10ms)")
+	flag.IntVar(&o.latencyDrained, "latency-drained", 0, "latency: rows drained before each run (inserted, marked published by one UPDATE, ANALYZE, no VACUUM)")
+	flag.IntVar(&o.latencyRounds, "latency-rounds", 2, "latency, peers: rounds of the whole set of paths or configurations, one after the other")
 	peers := flag.String("peers", peerWatermill+","+peerRiver, "peers: real peers measured beside this relay and the plain-SQL follow loop, comma-separated: "+peerWatermill+", "+peerRiver)
 	flag.IntVar(&o.writerClients, "writer-clients", 32, "writer: concurrent clients")
 	flag.IntVar(&o.writerRuns, "writer-runs", 5, "writer: interleaved runs per wake-up path; the median is reported")
@@ -123,6 +130,22 @@ func main() {
 	flag.Parse()
 
 	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseModes(*modes, &o.modes), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates), parsePeers(*peers, &o.peers))
+	o.latencyPaths = strings.Split(*latencyPaths, ",")
+	for f := range strings.SplitSeq(*cooldowns, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		d, perr := time.ParseDuration(f)
+		if perr != nil || d <= 0 {
+			err = errors.Join(err, fmt.Errorf("-latency-cooldowns: %q is not a positive duration", f))
+		}
+		o.latencyCooldowns = append(o.latencyCooldowns, d)
+	}
+	for _, k := range o.latencyPaths {
+		if !slices.Contains(latencyPathKeys(), k) {
+			err = errors.Join(err, fmt.Errorf("-latency-paths: no path %q (paths: %s)", k, strings.Join(latencyPathKeys(), ", ")))
+		}
+	}
 	for f := range strings.SplitSeq(*cdcSettings, ";") {
 		if f = strings.TrimSpace(f); f != "" {
 			o.cdcSettings = append(o.cdcSettings, f)

@@ -297,6 +297,8 @@ var options = []option{
 		func(c *Config) *time.Duration { return &c.Relay.PollInterval }).in(scopeRelay),
 	duration("relay.fallback_poll_interval", "idle wait between looks for work while the listener works", relay.DefaultFallbackPollInterval,
 		func(c *Config) *time.Duration { return &c.Relay.FallbackPollInterval }).in(scopeRelay),
+	duration("relay.claim_cooldown", "least time from a claim that caught up (found events, not a full batch) to the relay's next claim: a trickle's wake-ups gather into one claim", relay.DefaultClaimCooldown,
+		func(c *Config) *time.Duration { return &c.Relay.ClaimCooldown }).in(scopeRelay),
 	str("relay.source", "how new events are found: poll (claims, woken as relay.wakeup says) or cdc (logical replication; needs wal_level=logical)", "poll",
 		func(c *Config) *string { return &c.Source }, "poll", "cdc").in(scopeRelay),
 	str("cdc.slot", "replication slot (and publication) of relay.source cdc; \"\": outbox_cdc_<schema>", "",
