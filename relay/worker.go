@@ -88,10 +88,10 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 }
 
 // coolDown waits until Config.ClaimCooldown has passed since the start of the relay's
-// last claim that found events but not a full batch (the relay had caught up): wake-ups that come in the meantime gather
-// into the one claim that follows (signals coalesce), so a trickle costs at most one
-// claim transaction per cooldown, however many workers the relay runs and however often
-// it is woken. ctx ending cuts the wait short.
+// last claim that found events but not a full batch (the relay had caught up). Wake-ups
+// that come in the meantime coalesce into the claim that follows, so under a trickle each
+// worker claims at most once per cooldown, however often the relay is woken (ADR 0029).
+// ctx ending cuts the wait short.
 func (r *Relay) coolDown(ctx context.Context) {
 	last := r.lastCaughtUp.Load()
 	if r.cfg.ClaimCooldown <= 0 || last == 0 {
