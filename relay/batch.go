@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/failpoint"
+	"github.com/outboxkit/outbox/internal/sqlq"
 )
 
 // batcher runs a relay's batches: claim → publish → classify → settle, each batch one
@@ -77,12 +78,26 @@ func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, l
 	return b
 }
 
+// giveUp rolls back the claim of a batch whose leases moved on, then wakes the schema's
+// relays: the new owner's claims passed over the rows this batch held locked, found
+// nothing there, and may be waiting for their poll.
+func (b *batcher) giveUp(ctx context.Context, tx *batchTx) error {
+	err := tx.rollback(ctx)
+	p := sqlq.NotifyParams{Channel: outbox.WakeupChannel(b.cfg.Schema)}
+	if _, nerr := b.pool.Exec(ctx, b.q.notify.SQL, b.q.notify.Args(&p)...); nerr != nil {
+		b.log.WarnContext(ctx, "wake the relays after a fenced batch", slog.Any("error", nerr))
+	}
+	return err
+}
+
 // batchResult counts what one batch did. full: the claim took as much as it may (more
-// may be waiting). taken: a by-seq batch's claimed seqs.
+// may be waiting). taken: a by-seq batch's claimed seqs. parts: in ordered mode, the
+// relay partitions the batch claimed from (its worker's share then).
 type batchResult struct {
 	claimed, published, retried, dead int
 	full                              bool
 	taken                             []int64
+	parts                             []int
 }
 
 // run claims, publishes and settles one batch: in ordered mode from the worker's share of
@@ -97,13 +112,18 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 		epochs []int64
 	)
 	scope := b.scope(nil, share)
+	// idle marks the batch's partitions no longer busy (claimable's done): when the batch
+	// ends, or, when it hands Publish calls to settleLate, when their settle ends — a
+	// partition being given back to a joining relay is handed over only then, so the
+	// new owner does not find its rows held in flight, claim past them and go idle
+	idle := func() {}
+	defer func() { idle() }()
 	if b.cfg.Mode == Ordered {
-		var done func()
-		parts, epochs, done = b.leases.claimable(time.Now(), share)
-		defer done()
+		parts, epochs, idle = b.leases.claimable(time.Now(), share)
 		if len(parts) == 0 {
 			return res, nil
 		}
+		res.parts = parts
 		scope = b.scope(parts, share)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout+10*time.Second)
@@ -150,7 +170,7 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 	// these partitions by now. Judged by the local monotonic clock, with a margin.
 	if b.cfg.Mode == Ordered && !b.leases.valid(parts, epochs, time.Now()) {
 		b.stats.abandonedBatches.Add(1)
-		return res, tx.rollback(ctx)
+		return res, b.giveUp(ctx, tx)
 	}
 
 	var (
@@ -218,7 +238,7 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 		b.stats.fencedWrites.Add(int64(res.claimed))
 		b.log.WarnContext(ctx, "batch fenced: lease taken over", slog.Int("events", res.claimed))
 		b.endCalls(&running)
-		return res, tx.rollback(ctx)
+		return res, b.giveUp(ctx, tx)
 	}
 	switch {
 	case out.published > 0:
@@ -240,7 +260,12 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 		held := heldRows{msgs: msgs, p: results, running: running, until: txStart.Add(time.Duration(heldMS) * time.Millisecond), parts: parts, epochs: epochs}
 		b.noteRetries(held.until) // if the late settle fails, the rows are claimable again then
 		running = nil             // settleLate waits for them now
-		b.late.Go(func() { b.settleLate(relayCtx, held) })
+		lateIdle := idle
+		idle = func() {}
+		b.late.Go(func() {
+			defer lateIdle()
+			b.settleLate(relayCtx, held)
+		})
 	}
 	for _, d := range out.deadMsgs {
 		b.log.WarnContext(ctx, "event dead", slog.String("event_id", d.msg.ID.String()), slog.String("event_type", d.msg.EventType),

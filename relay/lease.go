@@ -115,6 +115,21 @@ func (k *leaseKeeper) claimable(now time.Time, share workerShare) (parts []int, 
 	}
 }
 
+// dealt returns the partitions share would claim from now, as claimable does, without
+// marking them busy.
+func (k *leaseKeeper) dealt(now time.Time, share workerShare) []int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var parts []int
+	for p, l := range k.owned {
+		if now.Before(l.deadline) && !l.releasing {
+			parts = append(parts, p)
+		}
+	}
+	slices.Sort(parts)
+	return share.deal(parts)
+}
+
 // valid reports whether every partition in parts is still held at its epoch and
 // within its local deadline.
 func (k *leaseKeeper) valid(parts []int, epochs []int64, now time.Time) bool {

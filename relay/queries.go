@@ -18,6 +18,7 @@ type queries struct {
 	poisonBySize            sqlq.Statement[seqsParams]
 	fence                   sqlq.Statement[fenceParams]
 	config                  sqlq.Statement[configParams]
+	notify                  sqlq.Statement[sqlq.NotifyParams] // wakes the schema's relays
 	purge                   sqlq.Statement[purgeParams]
 	purgeNext               sqlq.Statement[purgeNextParams]
 	purgeLock               sqlq.Statement[purgeLockParams]
@@ -60,6 +61,7 @@ func newQueries(cfg *Config, quoted string) *queries {
 		poisonCandidates: bindClaim(cfg.Mode, poisonCandidateQueries[cfg.Mode], quoted),
 		claimSeqs:        bindSeqClaim(cfg, quoted),
 		probe:            sqlq.Bind[probeParams]("probe", quoted),
+		notify:           sqlq.Bind[sqlq.NotifyParams]("notify", ""),
 		settle:           settle,
 		settleKeep:       keep,
 		settleDelete:     deleted,

@@ -71,3 +71,53 @@ func TestRelaysJoiningABacklogTakeTheirShare(t *testing.T) {
 		})
 	}
 }
+
+// Relays started together on a backlog, polling only once a minute, drain it on their
+// wake-ups alone: the heartbeats that deal partitions and workers out (leases acquired,
+// the count of live relays changing each relay's share of the default concurrency) must
+// wake every worker that has work, or the backlog waits for a poll a minute away.
+func TestRelaysStartedTogetherLoseNoWakeUp(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, aggregates("c", 400), 100) // 40,000 events
+	shared := &memsink.Sink{}
+	began := time.Now()
+	var relays []*relay.Relay
+	for range 4 {
+		c := fastConfig()
+		c.BatchSize, c.MaxPerAggregate = 1000, 200
+		c.PollInterval, c.FallbackPollInterval = time.Minute, time.Minute
+		c.LeaseTTL = relay.DefaultLeaseTTL
+		// 5 ms a call: the drain outlasts the relays' first heartbeats, so the deal changes under it
+		r := newRelay(t, pool, &slowSink{inner: shared, delay: 5 * time.Millisecond}, c)
+		relays = append(relays, r)
+		start(t, r)
+	}
+	if !eventually(40*time.Second, func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`) == 0
+	}) {
+		for _, r := range relays {
+			t.Logf("relay %s: floor %d, %+v", r.Owner()[:8], relay.FloorOf(r), r.Stats())
+		}
+		rows, _ := pool.Query(t.Context(), `SELECT e.partition * 16 / 4096 AS rp, count(*), min(e.seq), l.owner, l.epoch, l.expires_at > now()
+			FROM outbox.events e LEFT JOIN outbox.leases l ON l.partition = e.partition * 16 / 4096
+			WHERE e.published_at IS NULL GROUP BY 1, 4, 5, 6 ORDER BY 1`)
+		for rows.Next() {
+			var rp, n int
+			var minSeq int64
+			var owner *string
+			var epoch *int64
+			var live *bool
+			_ = rows.Scan(&rp, &n, &minSeq, &owner, &epoch, &live)
+			o := "-"
+			if owner != nil {
+				o = (*owner)[:8]
+			}
+			t.Logf("pending: relay partition %d: %d events from seq %d, lease %s epoch %v live %v", rp, n, minSeq, o, epoch, live)
+		}
+		rows.Close()
+		t.Fatalf("not drained after 40 s")
+	}
+	t.Logf("drained in %s", time.Since(began).Round(time.Millisecond))
+	checkOrder(t, shared.Messages())
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/puddle/v2"
@@ -54,6 +55,12 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		if err == nil && res.claimed > 0 && !res.full { // caught up: a trickle's claim
 			r.lastCaughtUp.Store(claimStart.UnixNano())
 		}
+		if res.claimed > 0 && r.dealMoved(worker, res.parts) {
+			// The deal changed while this batch held its rows: a sibling now dealt some
+			// of its partitions claimed past the locked rows, found nothing, and waits;
+			// they are free now.
+			r.wake.signal()
+		}
 		switch {
 		case errors.Is(err, failpoint.ErrCrash):
 			return err
@@ -101,6 +108,24 @@ func (r *Relay) coolDown(ctx context.Context) {
 	if d := min(time.Until(time.Unix(0, last).Add(r.cfg.ClaimCooldown)), r.cfg.ClaimCooldown); d > 0 {
 		wait(ctx, d, nil)
 	}
+}
+
+// dealMoved reports whether, in ordered mode, worker's share of the relay's partitions
+// is no longer parts, the share a batch of its claimed from: the count of active workers
+// or the leases moved under the batch (ADR 0024 deals them out by position), or the worker
+// is no longer active. An ordered claim passes over aggregates whose rows another batch
+// holds locked, so a sibling dealt those partitions meanwhile found nothing there and went
+// idle; without a wake-up it waited for its poll (a minute in the drain benchmark's cold
+// start, which drained at 0.02–0.23 of the limit in some runs).
+func (r *Relay) dealMoved(worker int, parts []int) bool {
+	if r.cfg.Mode != Ordered || parts == nil {
+		return false
+	}
+	active := r.activeWorkers()
+	if worker >= active {
+		return true
+	}
+	return !slices.Equal(r.leases.dealt(time.Now(), workerShare{index: worker, of: active}), parts)
 }
 
 // probeAfter reports whether a worker whose idle wait ended (woken: by a wake-up) asks
