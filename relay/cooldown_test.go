@@ -28,22 +28,19 @@ func cooldownConfig(mode relay.Mode, cooldown time.Duration) *relay.Config {
 // nothing.
 func TestTrickleClaimsGatherWithinTheCooldown(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			const cooldown = 100 * time.Millisecond
-			gathered, window := trickleClaims(t, mode, cooldown)
-			bound := 2 * (int64(window/cooldown) + 3)
-			control, controlWindow := trickleClaims(t, mode, -1)
-			t.Logf("cooldown %s: %d claims in %s (bound %d); no cooldown: %d claims in %s", cooldown, gathered, window, bound, control, controlWindow)
-			if gathered > bound {
-				t.Errorf("with ClaimCooldown %s: %d claims for a trickle of %s, want at most %d", cooldown, gathered, window, bound)
-			}
-			if control <= bound {
-				t.Errorf("without a cooldown: %d claims, not more than the bound %d: the trickle does not test it", control, bound)
-			}
-		})
-	}
+	inBothModes(t, func(t *testing.T, mode relay.Mode) {
+		const cooldown = 100 * time.Millisecond
+		gathered, window := trickleClaims(t, mode, cooldown)
+		bound := 2 * (int64(window/cooldown) + 3)
+		control, controlWindow := trickleClaims(t, mode, -1)
+		t.Logf("cooldown %s: %d claims in %s (bound %d); no cooldown: %d claims in %s", cooldown, gathered, window, bound, control, controlWindow)
+		if gathered > bound {
+			t.Errorf("with ClaimCooldown %s: %d claims for a trickle of %s, want at most %d", cooldown, gathered, window, bound)
+		}
+		if control <= bound {
+			t.Errorf("without a cooldown: %d claims, not more than the bound %d: the trickle does not test it", control, bound)
+		}
+	})
 }
 
 // trickleClaims runs a relay with cooldown on a fresh schema, writes 40 events one
@@ -84,48 +81,42 @@ func trickleClaims(t *testing.T, mode relay.Mode, cooldown time.Duration) (claim
 // 10 would take 30 s.
 func TestCooldownDoesNotSlowABacklog(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			pool := pgtest.Pool(t)
-			enqueue(t, pool, aggregates("b", 30), 10)
-			sink := &memsink.Sink{}
-			cfg := cooldownConfig(mode, time.Second)
-			cfg.BatchSize, cfg.MaxPerAggregate = 10, 1
-			r := newRelay(t, pool, sink, cfg)
-			began := time.Now()
-			start(t, r)
-			r.Wake()
-			msgs := waitFor(t, sink, 8*time.Second, "the backlog", distinct(300))
-			t.Logf("%d claims, %s", r.Stats().Claims, time.Since(began))
-			if mode == relay.Ordered {
-				checkOrder(t, msgs)
-			}
-		})
-	}
+	inBothModes(t, func(t *testing.T, mode relay.Mode) {
+		pool := pgtest.Pool(t)
+		enqueue(t, pool, aggregates("b", 30), 10)
+		sink := &memsink.Sink{}
+		cfg := cooldownConfig(mode, time.Second)
+		cfg.BatchSize, cfg.MaxPerAggregate = 10, 1
+		r := newRelay(t, pool, sink, cfg)
+		began := time.Now()
+		start(t, r)
+		r.Wake()
+		msgs := waitFor(t, sink, 8*time.Second, "the backlog", distinct(300))
+		t.Logf("%d claims, %s", r.Stats().Claims, time.Since(began))
+		if mode == relay.Ordered {
+			checkOrder(t, msgs)
+		}
+	})
 }
 
 // An event after a quiet spell longer than the cooldown is claimed at once: the
 // cooldown runs from the last claim, not from the wake-up.
 func TestCooldownDoesNotDelayAnEventAfterAQuietSpell(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			pool := pgtest.Pool(t)
-			sink := &memsink.Sink{}
-			const cooldown = 2 * time.Second
-			r := newRelay(t, pool, sink, cooldownConfig(mode, cooldown))
-			start(t, r)
-			enqueue(t, pool, []string{"first"}, 1) // its claim starts the cooldown
-			r.Wake()
-			waitFor(t, sink, 20*time.Second, "the first event", distinct(1))
-			time.Sleep(cooldown + 200*time.Millisecond) //nolint:forbidigo // the quiet spell
-			enqueue(t, pool, []string{"quiet"}, 1)
-			began := time.Now()
-			r.Wake()
-			waitFor(t, sink, cooldown/2, "the event after the quiet spell", distinct(2))
-			t.Logf("published %s after the wake-up", time.Since(began))
-		})
-	}
+	inBothModes(t, func(t *testing.T, mode relay.Mode) {
+		pool := pgtest.Pool(t)
+		sink := &memsink.Sink{}
+		const cooldown = 2 * time.Second
+		r := newRelay(t, pool, sink, cooldownConfig(mode, cooldown))
+		start(t, r)
+		enqueue(t, pool, []string{"first"}, 1) // its claim starts the cooldown
+		r.Wake()
+		waitFor(t, sink, 20*time.Second, "the first event", distinct(1))
+		time.Sleep(cooldown + 200*time.Millisecond) //nolint:forbidigo // the quiet spell
+		enqueue(t, pool, []string{"quiet"}, 1)
+		began := time.Now()
+		r.Wake()
+		waitFor(t, sink, cooldown/2, "the event after the quiet spell", distinct(2))
+		t.Logf("published %s after the wake-up", time.Since(began))
+	})
 }

@@ -181,6 +181,17 @@ func aggregates(prefix string, n int) []string {
 	return out
 }
 
+// inBothModes runs test as a parallel subtest per relay mode, ordered then unordered.
+func inBothModes(t *testing.T, test func(t *testing.T, mode relay.Mode)) {
+	t.Helper()
+	for _, mode := range []relay.Mode{relay.Ordered, relay.Unordered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			test(t, mode)
+		})
+	}
+}
+
 // fastConfig is a relay config for tests: short waits.
 func fastConfig() *relay.Config {
 	return &relay.Config{
