@@ -86,13 +86,7 @@ func newLeaseKeeper(pool *pgxpool.Pool, q *queries, cfg *Config, owner string, l
 func (k *leaseKeeper) claimable(now time.Time, share workerShare) (parts []int, epochs []int64, done func()) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for p, l := range k.owned {
-		if now.Before(l.deadline) && !l.releasing {
-			parts = append(parts, p)
-		}
-	}
-	slices.Sort(parts)
-	parts = share.deal(parts)
+	parts = k.dealtLocked(now, share)
 	for _, p := range parts {
 		l := k.owned[p]
 		epochs = append(epochs, l.epoch)
@@ -120,6 +114,12 @@ func (k *leaseKeeper) claimable(now time.Time, share workerShare) (parts []int, 
 func (k *leaseKeeper) dealt(now time.Time, share workerShare) []int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	return k.dealtLocked(now, share)
+}
+
+// dealtLocked is dealt for a caller that holds k.mu: share's turn of the partitions held
+// within their local deadline and not being given back, in order.
+func (k *leaseKeeper) dealtLocked(now time.Time, share workerShare) []int {
 	var parts []int
 	for p, l := range k.owned {
 		if now.Before(l.deadline) && !l.releasing {
