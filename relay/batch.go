@@ -91,11 +91,12 @@ func (b *batcher) giveUp(ctx context.Context, tx *batchTx) error {
 }
 
 // batchResult counts what one batch did. full: the claim took as much as it may (more
-// may be waiting). taken: a by-seq batch's claimed seqs. parts: in ordered mode, the
+// may be waiting). down: the sink was down, and the batch's rows went back untouched
+// (still claimable). taken: a by-seq batch's claimed seqs. parts: in ordered mode, the
 // relay partitions the batch claimed from (its worker's share then).
 type batchResult struct {
 	claimed, published, retried, dead int
-	full                              bool
+	full, down                        bool
 	taken                             []int64
 	parts                             []int
 }
@@ -210,6 +211,7 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 			b.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(results.errs)))
 		}
 		b.stats.sinkDownBatches.Add(1)
+		res.down = true
 		if len(bad) == 0 {
 			return res, tx.rollback(ctx)
 		}

@@ -60,11 +60,24 @@ func tracedPool(t *testing.T, connString string, tracer pgx.QueryTracer) *pgxpoo
 // S2 and the outage case: with the sink down for a while, nothing counts an attempt or
 // goes dead, the breaker keeps the relay's query rate low, and the backlog drains in
 // order once the sink is back. Run with the sink saying it is unavailable, and with
-// plain errors across many aggregates (the relay must infer the outage).
+// plain errors across many aggregates (the relay must infer the outage); and, in both
+// modes, with polls an hour apart: the sink coming back wakes nothing, so the relay must
+// go back to rows a down batch returned when the breaker lets it, not at its next poll.
 func TestS2SinkDownBreakerThenDrain(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"unavailable", "plain-errors"} {
-		t.Run(kind, func(t *testing.T) {
+	cases := []struct {
+		kind string
+		mode relay.Mode
+		poll time.Duration
+	}{
+		{"unavailable", relay.Ordered, 20 * time.Millisecond},
+		{"plain-errors", relay.Ordered, 20 * time.Millisecond},
+		{"unavailable", relay.Ordered, time.Hour},
+		{"unavailable", relay.Unordered, time.Hour},
+	}
+	for _, tc := range cases {
+		kind := tc.kind
+		t.Run(fmt.Sprintf("%s/%s/poll-%s", kind, tc.mode, tc.poll), func(t *testing.T) {
 			t.Parallel()
 			connString := pgtest.ConnString(t, nil)
 			pool := pgtest.PoolFor(t, connString)
@@ -82,7 +95,8 @@ func TestS2SinkDownBreakerThenDrain(t *testing.T) {
 				return err
 			}}
 			relayPool, queries := countedPool(t, connString)
-			cfg := fastConfig() // polls every 20 ms; breaker 100 ms doubling to 400 ms
+			cfg := fastConfig() // breaker 100 ms doubling to 400 ms
+			cfg.Mode, cfg.PollInterval, cfg.FallbackPollInterval = tc.mode, tc.poll, tc.poll
 			r := newRelay(t, relayPool, sink, cfg)
 			stop := start(t, r)
 
@@ -289,4 +303,29 @@ func TestBreakerMinAggregatesBothSides(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A batch whose connection dies (here inside its COMMIT, as in TestS3CrashWindows'
+// window 4) fails, and its rows are still pending; nothing wakes the relay for them.
+// With polls an hour apart, the same relay goes back to them after a short pause, not
+// at its next poll — in both modes.
+func TestFailedBatchIsRetriedBeforeTheNextPoll(t *testing.T) {
+	inBothModes(t, func(t *testing.T, mode relay.Mode) {
+		pool := pgtest.Pool(t)
+		if _, err := pool.Exec(context.Background(), stallCommitOnce); err != nil {
+			t.Fatal(err)
+		}
+		enqueue(t, pool, aggregates("f", 5), 2)
+		sink := &memsink.Sink{}
+		cfg := fastConfig()
+		cfg.Mode, cfg.PollInterval, cfg.FallbackPollInterval = mode, time.Hour, time.Hour
+		r := newRelay(t, pool, sink, cfg)
+		start(t, r)
+		waitSQL(t, pool, 20*time.Second, 1, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`)
+		waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep') k`)
+		waitSQL(t, pool, 10*time.Second, 10, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+		if r.Stats().Errors == 0 {
+			t.Fatalf("the relay saw no failed batch: stats %+v", r.Stats())
+		}
+	})
 }

@@ -22,6 +22,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 	probe := false     // idle and not woken: ask cheaply before claiming
 	woken := false     // the last idle wait ended on a wake-up
 	afterFull := false // this worker's last claim took all it may: more may be waiting
+	failures := 0      // batches in a row that failed
 	for ctx.Err() == nil {
 		if worker >= r.activeWorkers() { // other relays share the default: wait
 			if woken { // it went idle before it had to wait: pass the wake-up on
@@ -52,7 +53,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		claimStart := time.Now()
 		res, err := r.batches.run(hard, share, nil)
 		afterFull = err == nil && res.full
-		if err == nil && res.claimed > 0 && !res.full { // caught up: a trickle's claim
+		if err == nil && res.claimed > 0 && !res.full && !res.down { // caught up: a trickle's claim
 			r.lastCaughtUp.Store(claimStart.UnixNano())
 		}
 		if res.claimed > 0 && r.dealMoved(worker, res.parts) {
@@ -60,6 +61,9 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			// of its partitions claimed past the locked rows, found nothing, and waits;
 			// they are free now.
 			r.wake.signal()
+		}
+		if err == nil {
+			failures = 0
 		}
 		switch {
 		case errors.Is(err, failpoint.ErrCrash):
@@ -74,12 +78,17 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			}
 			r.stats.errors.Add(1)
 			r.log.WarnContext(ctx, "batch failed", slog.Any("error", err))
-			wait(ctx, r.cfg.PollInterval, nil)
+			failures++
+			wait(ctx, r.afterFailedBatch(failures), nil)
 			probe = false
 		case res.claimed == 0:
 			r.batches.breaker.inconclusive()
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 			probe = r.probeAfter(woken)
+		case res.down:
+			// Its rows went back untouched: claim them again when the breaker lets a
+			// batch through (acquire), not at a wake-up that may never come.
+			probe = false
 		case !res.full:
 			// The claim took what there was: claim again when told of more (a wake-up
 			// that came during the batch ends the wait at once) or at the next poll, not
@@ -92,6 +101,16 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		}
 	}
 	return nil
+}
+
+// afterFailedBatch is how long a worker waits after the failures-th batch in a row that
+// failed (a connection cut, a timeout, a server-side error): from 50 ms, doubling, to at
+// most a second and the worker's idle wait. The failed batch's rows are still pending and
+// nothing may wake the worker for them, so it must not wait for a poll that may be an
+// hour away; a lasting failure is not retried more often than once a second.
+func (r *Relay) afterFailedBatch(failures int) time.Duration {
+	d := 50 * time.Millisecond << min(failures-1, 5)
+	return min(d, time.Second, r.idleWait())
 }
 
 // coolDown waits until Config.ClaimCooldown has passed since the start of the relay's
