@@ -52,7 +52,8 @@ type Event struct {
 	// spans to the producer's. Default: none.
 	TraceParent string
 	// AvailableAt delays delivery until then (a time in years 1 to 9999). Default: now
-	// (the transaction's time). In
+	// (the transaction's time). A relay whose claims see the event among the first 64
+	// pending ones wakes when it comes due; else it goes out at the relay's next poll. In
 	// the relay's ordered mode a delayed event is still its aggregate's next event: the
 	// aggregate's later events wait for it (delay a whole aggregate, or give a reminder
 	// an aggregate of its own).

@@ -45,9 +45,10 @@ type batcher struct {
 	// Config.SynchronousCommit.
 	sessionSettings []string
 
-	// nextRetry is the earliest retry (unix ns) the relay scheduled that may still be
-	// pending; an idle relay looks again then. 0: none.
-	nextRetry atomic.Int64
+	// nextDue is the earliest time (unix ns) a pending row the relay knows of comes due
+	// (a retry it scheduled, rows it holds in flight, a scheduled event a claim or the
+	// probe saw: claim_seen.sql); an idle relay looks again then. 0: none.
+	nextDue atomic.Int64
 	// narrow halves the next claims' sizes this many times, after claims that failed
 	// with no single row to blame (poison.go); succeeded counts the claims that
 	// succeeded since the last narrowing.
@@ -249,7 +250,7 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 		b.breaker.inconclusive()
 	}
 	res.published, res.retried, res.dead = out.published, out.retried, out.dead
-	b.noteRetries(out.earliestRetry)
+	b.noteDue(out.earliestRetry)
 	b.stats.add(res)
 	if b.cfg.Observer != nil {
 		observed := returned
@@ -260,8 +261,8 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 	}
 	if running != nil {
 		held := heldRows{msgs: msgs, p: results, running: running, until: txStart.Add(time.Duration(heldMS) * time.Millisecond), parts: parts, epochs: epochs}
-		b.noteRetries(held.until) // if the late settle fails, the rows are claimable again then
-		running = nil             // settleLate waits for them now
+		b.noteDue(held.until) // if the late settle fails, the rows are claimable again then
+		running = nil         // settleLate waits for them now
 		lateIdle := idle
 		idle = func() {}
 		b.late.Go(func() {
@@ -324,18 +325,22 @@ func (b *batcher) ready(ctx context.Context, share workerShare) (bool, error) {
 	var (
 		ready      bool
 		minPending *int64
+		due        *time.Duration
 		saw        seen
 	)
 	fa := b.floor.args(time.Now(), share.index)
 	p := probeParams{Floor: fa.floor, Replays: fa.replays, Scope: scope, Partitions: b.cfg.Partitions}
 	if err := b.pool.QueryRow(ctx, b.q.probe.SQL, b.q.probe.Args(&p)...).
-		Scan(&ready, &minPending, &saw.xmin, &saw.xmax, &saw.replays); err != nil {
+		Scan(&ready, &minPending, &saw.xmin, &saw.xmax, &saw.replays, &due); err != nil {
 		return false, fmt.Errorf("probe for work: %w", err)
 	}
 	if minPending != nil {
 		saw.minPending = *minPending
 	}
 	b.floor.observe(fa, saw, time.Now())
+	if due != nil {
+		b.noteDue(fa.sent.Add(*due))
+	}
 	return ready, nil
 }
 
@@ -410,11 +415,12 @@ func (b *batcher) commit(ctx context.Context, tx *batchTx, back []any, parts []i
 	}
 }
 
-// noteRetries records the earliest retry a batch scheduled, forgetting one already due.
-func (b *batcher) noteRetries(earliest time.Time) {
+// noteDue records when a pending row comes due (a retry a batch scheduled, held rows, a
+// scheduled event), if sooner than the one known, forgetting one already due.
+func (b *batcher) noteDue(earliest time.Time) {
 	now := time.Now().UnixNano()
 	for {
-		cur := b.nextRetry.Load()
+		cur := b.nextDue.Load()
 		next := cur
 		if cur != 0 && cur <= now {
 			next = 0
@@ -422,7 +428,7 @@ func (b *batcher) noteRetries(earliest time.Time) {
 		if !earliest.IsZero() && (next == 0 || earliest.UnixNano() < next) {
 			next = earliest.UnixNano()
 		}
-		if next == cur || b.nextRetry.CompareAndSwap(cur, next) {
+		if next == cur || b.nextDue.CompareAndSwap(cur, next) {
 			return
 		}
 	}

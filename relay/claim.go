@@ -52,6 +52,9 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 	}
 	if len(read.msgs) > 0 { // an empty claim returns no row, so nothing of what it saw
 		b.floor.observe(fa, saw, time.Now())
+		if saw.due > 0 {
+			b.noteDue(fa.sent.Add(saw.due))
+		}
 	}
 	c := b.assemble(read)
 	c.full = len(read.msgs) >= q.capacity
@@ -171,6 +174,7 @@ func (b *batcher) readClaimed(rows pgx.Rows, capacity int, saw *seen) (readRows,
 		spare       claimedRow // a row's put-back columns when they are not kept
 		traceParent *string
 		minPending  *int64 // claim_seen.sql's first column: null when nothing is pending
+		due         *time.Duration
 	)
 	keepRows := b.cfg.Retention.Mode == DeleteOnPublish
 	if keepRows {
@@ -199,7 +203,7 @@ func (b *batcher) readClaimed(rows pgx.Rows, capacity int, saw *seen) (readRows,
 			&row.availableAt, &row.lastError, &row.payloadJSON, &row.attempts,
 		}
 		if saw != nil {
-			dst = append(dst, &minPending, &saw.xmin, &saw.xmax, &saw.replays)
+			dst = append(dst, &minPending, &saw.xmin, &saw.xmax, &saw.replays, &due)
 		}
 		if err := rows.Scan(dst...); err != nil {
 			return out, &readError{err}
@@ -214,6 +218,9 @@ func (b *batcher) readClaimed(rows pgx.Rows, capacity int, saw *seen) (readRows,
 	}
 	if saw != nil && minPending != nil {
 		saw.minPending = *minPending
+	}
+	if saw != nil && due != nil {
+		saw.due = *due
 	}
 	return out, rows.Err()
 }

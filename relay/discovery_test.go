@@ -88,7 +88,7 @@ func TestOrderedClaimSharesHeadsFairly(t *testing.T) {
 			defer rows.Close()
 			for rows.Next() {
 				var seq int64
-				if err := rows.Scan(&seq, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil); err != nil {
+				if err := rows.Scan(&seq, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil); err != nil {
 					return err
 				}
 				seqs = append(seqs, seq)

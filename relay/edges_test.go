@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -204,6 +205,50 @@ func TestDelayedEvents(t *testing.T) {
 	}
 	if early {
 		t.Fatal("the future event was published before its available_at")
+	}
+}
+
+// A scheduled event is published when it comes due, not at the relay's next poll: with
+// polls an hour apart, an event due in 600 ms is published within a second of its
+// available_at — written alone (the claim after the wake-up finds nothing), and beside
+// an event due now (the claim takes that one and is not full) — in both modes.
+func TestScheduledEventPublishedWhenDue(t *testing.T) {
+	for _, beside := range []bool{false, true} {
+		t.Run(fmt.Sprintf("beside-a-due-event=%t", beside), func(t *testing.T) {
+			t.Parallel()
+			inBothModes(t, func(t *testing.T, mode relay.Mode) {
+				pool := pgtest.Pool(t)
+				ctx := context.Background()
+				sink := &memsink.Sink{}
+				cfg := fastConfig()
+				cfg.Mode, cfg.PollInterval, cfg.FallbackPollInterval = mode, time.Hour, time.Hour
+				r := newRelay(t, pool, sink, cfg)
+				start(t, r)
+				waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.relay_members`)
+				time.Sleep(100 * time.Millisecond) //nolint:forbidigo // the relay's first claims have run: it is idle
+				var dbNow time.Time
+				if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
+					t.Fatal(err)
+				}
+				events := []outbox.Event{{AggregateType: "t", AggregateID: "later", EventType: "x", AvailableAt: dbNow.Add(600 * time.Millisecond)}}
+				if beside {
+					events = append(events, outbox.Event{AggregateType: "t", AggregateID: "now", EventType: "x"})
+				}
+				if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), events...) }); err != nil {
+					t.Fatal(err)
+				}
+				r.Wake()
+				waitSQL(t, pool, 10*time.Second, len(events), `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+				var late time.Duration
+				if err := pool.QueryRow(ctx, `SELECT published_at - available_at FROM outbox.events WHERE aggregate_id = 'later'`).Scan(&late); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("published %s after its available_at", late)
+				if late < 0 || late > time.Second {
+					t.Fatalf("published %s after its available_at, want within [0, 1s]", late)
+				}
+			})
+		})
 	}
 }
 

@@ -140,7 +140,7 @@ func (b *batcher) publishEmitted(ctx context.Context, events []Emitted) (Emitted
 			b.late.Go(func() { late.settle(context.WithoutCancel(ctx), b, seqs) })
 		}
 	}
-	b.noteRetries(out.earliestRetry)
+	b.noteDue(out.earliestRetry)
 	b.stats.add(batchResult{claimed: len(msgs), published: res.Published, retried: res.Retried, dead: res.Dead})
 	if b.cfg.Observer != nil && len(send) > 0 {
 		b.observe(start, false, send, &out)

@@ -22,9 +22,12 @@ const (
 )
 
 // seen is what a claim statement saw (claim_seen.sql): the lowest pending seq at or above
-// its bound (0: none), its snapshot's xmin and xmax, and the last replay's id.
+// its bound (0: none), its snapshot's xmin and xmax, and the last replay's id; and, not
+// the floor's, how long after the statement's start the next pending row not yet
+// available comes due (0: none seen).
 type seen struct {
 	minPending, xmin, xmax, replays int64
+	due                             time.Duration
 }
 
 // floorArgs are claim_floor.sql's parameters for one statement, as floor.args gave them.

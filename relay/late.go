@@ -104,7 +104,7 @@ func (b *batcher) settleLate(ctx context.Context, h heldRows) {
 	b.stats.retried.Add(int64(out.retried))
 	b.stats.dead.Add(int64(out.dead))
 	b.observe(time.Time{}, true, msgs, &out)
-	b.noteRetries(out.earliestRetry)
+	b.noteDue(out.earliestRetry)
 	b.released() // the aggregates' next events can be claimed now
 	if out.published > 0 {
 		b.breaker.success()

@@ -41,8 +41,10 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			r.coolDown(ctx)
 		}
 		share := workerShare{index: worker, of: r.activeWorkers()}
+		probed := false // the probe just ran: it saw what the claim would
 		if probe {
 			ready, err := r.batches.ready(hard, share)
+			probed = err == nil
 			if err == nil && !ready {
 				r.batches.breaker.inconclusive()
 				woken = wait(ctx, r.idleWait(), r.wake.of(worker))
@@ -83,6 +85,13 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			probe = false
 		case res.claimed == 0:
 			r.batches.breaker.inconclusive()
+			if !probed {
+				// An empty claim returns no row, so nothing of what it saw: the probe
+				// tells idleWait when a row not yet available (scheduled later, say)
+				// comes due. Its ready answer is not acted on: rows another batch holds
+				// locked look ready, and the wait for a wake-up is what stops a spin.
+				_, _ = r.batches.ready(hard, share)
+			}
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 			probe = r.probeAfter(woken)
 		case res.down:
@@ -164,8 +173,9 @@ func (r *Relay) idleWait() time.Duration {
 	if r.listener.isListening() {
 		idle = r.cfg.FallbackPollInterval
 	}
-	// Retries this relay scheduled come due without any notification.
-	if due := r.batches.nextRetry.Load(); due != 0 {
+	// Retries this relay scheduled, and rows its claims saw scheduled later, come due
+	// without any notification.
+	if due := r.batches.nextDue.Load(); due != 0 {
 		idle = min(idle, max(time.Until(time.Unix(0, due)), time.Millisecond))
 	}
 	return idle

@@ -16,7 +16,7 @@
 --
 -- seen is what the relay learns from the claim (claim_seen.sql returns it): the lowest
 -- pending seq at or above the floor, the snapshot's xmin and xmax (as bigints) and the
--- last replay's id.
+-- last replay's id; due, when the next row not yet available comes due.
 WITH RECURSIVE replayed AS MATERIALIZED (
     SELECT coalesce(max(r.id), 0) AS id FROM {{schema}}.replays r
 ), bound AS MATERIALIZED (
@@ -30,6 +30,20 @@ WITH RECURSIVE replayed AS MATERIALIZED (
            pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin,
            pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax,
            (SELECT id FROM replayed) AS replays
+), due AS MATERIALIZED (
+    -- how long after the statement's now() the next pending row not yet available
+    -- comes due (an event scheduled later with Event.AvailableAt, or backing off), among
+    -- the first 64 pending rows from the bound (null: none there): an idle relay wakes
+    -- then (relay/worker.go's idleWait), not at its next poll. An interval, not a time,
+    -- so the relay's clock need not agree with the database's. Computed only where
+    -- claim_seen.sql returns it; the rows are those the claim reads first, cached pages.
+    SELECT min(d.available_at) - now() AS after FROM (
+        SELECT p.available_at FROM {{schema}}.events p
+        WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.available_at IS NOT NULL
+          AND p.seq >= (SELECT seq FROM bound)
+        ORDER BY p.seq
+        LIMIT 64) d
+    WHERE d.available_at > now()
 ), paused AS MATERIALIZED (
     -- the active pauses (0008_pauses.sql, docs/adr/0025-pause-in-the-claim.md), read in
     -- this statement's snapshot, so a pause holds every claim that starts after its
