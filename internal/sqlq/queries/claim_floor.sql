@@ -33,14 +33,17 @@ WITH RECURSIVE replayed AS MATERIALIZED (
 ), due AS MATERIALIZED (
     -- how long after the statement's now() the next pending row not yet available
     -- comes due (an event scheduled later with Event.AvailableAt, or backing off), among
-    -- the first 64 pending rows from the bound (null: none there): an idle relay wakes
-    -- then (relay/worker.go's idleWait), not at its next poll. An interval, not a time,
-    -- so the relay's clock need not agree with the database's. Computed only where
-    -- claim_seen.sql returns it; the rows are those the claim reads first, cached pages.
+    -- the first 64 pending rows (null: none there): an idle relay wakes then
+    -- (relay/worker.go's idleWait), not at its next poll. An interval, not a time, so the
+    -- relay's clock need not agree with the database's. Computed only where
+    -- claim_seen.sql returns it. From the lowest pending row seen found, not from the
+    -- bound: without a floor, a walk from the bound read every dead entry of a drained
+    -- backlog a second time (twice the claim's buffers); these are the rows the claim
+    -- reads first, cached pages.
     SELECT min(d.available_at) - now() AS after FROM (
         SELECT p.available_at FROM {{schema}}.events p
         WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.available_at IS NOT NULL
-          AND p.seq >= (SELECT seq FROM bound)
+          AND p.seq >= (SELECT min_pending FROM seen)
         ORDER BY p.seq
         LIMIT 64) d
     WHERE d.available_at > now()
