@@ -94,7 +94,7 @@ func (b *batcher) giveUp(ctx context.Context, tx *batchTx) error {
 // batchResult counts what one batch did. full: the claim took as much as it may (more
 // may be waiting). down: the sink was down, and the batch's rows went back untouched
 // (still claimable). taken: a by-seq batch's claimed seqs. parts: in ordered mode, the
-// relay partitions the batch claimed from (its worker's share then).
+// worker's share of the relay partitions when the batch claimed (claimedParts.dealt).
 type batchResult struct {
 	claimed, published, retried, dead int
 	full, down                        bool
@@ -118,14 +118,15 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 	// ends, or, when it hands Publish calls to settleLate, when their settle ends — a
 	// partition being given back to a joining relay is handed over only then, so the
 	// new owner does not find its rows held in flight, claim past them and go idle
-	idle := func() {}
+	idle, txEnded := func() {}, func() {}
 	defer func() { idle() }()
 	if b.cfg.Mode == Ordered {
-		parts, epochs, idle = b.leases.claimable(time.Now(), share)
+		c := b.leases.claimable(time.Now(), share)
+		parts, epochs, idle, txEnded = c.parts, c.epochs, c.done, c.ended
+		res.parts = c.dealt
 		if len(parts) == 0 {
 			return res, nil
 		}
-		res.parts = parts
 		scope = b.scope(parts, share)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout+10*time.Second)
@@ -263,6 +264,7 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 		held := heldRows{msgs: msgs, p: results, running: running, until: txStart.Add(time.Duration(heldMS) * time.Millisecond), parts: parts, epochs: epochs}
 		b.noteDue(held.until) // if the late settle fails, the rows are claimable again then
 		running = nil         // settleLate waits for them now
+		txEnded()             // committed: a sibling may claim these partitions now, not their held rows
 		lateIdle := idle
 		idle = func() {}
 		b.late.Go(func() {
@@ -313,12 +315,12 @@ func (b *batcher) scope(parts []int, share workerShare) claimScope {
 func (b *batcher) ready(ctx context.Context, share workerShare) (bool, error) {
 	var scope []int
 	if b.cfg.Mode == Ordered {
-		parts, _, done := b.leases.claimable(time.Now(), share)
-		done()
-		if len(parts) == 0 {
+		c := b.leases.claimable(time.Now(), share)
+		c.done()
+		if len(c.parts) == 0 {
 			return false, nil
 		}
-		scope = b.scope(parts, share).parts
+		scope = b.scope(c.parts, share).parts
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()
