@@ -35,7 +35,10 @@ type lease struct {
 	busySince time.Time
 	// claiming counts this relay's batches whose transaction includes the partition and
 	// has not ended: their claims locked its rows, and their commits will change them.
-	claiming int
+	// passedOver: a claim left the partition out meanwhile; the workers are woken when
+	// the last of those transactions ends.
+	claiming   int
+	passedOver bool
 	// releasing: the relay holds more than its share and gives this partition back as
 	// soon as no batch includes it; new batches leave it out meanwhile. A relay busy
 	// with a backlog would otherwise never find a partition idle to give to a relay
@@ -109,6 +112,7 @@ func (k *leaseKeeper) claimable(now time.Time, share workerShare) claimedParts {
 	for _, p := range c.dealt {
 		l := k.owned[p]
 		if l.claiming > 0 {
+			l.passedOver = true
 			continue
 		}
 		c.parts, c.epochs = append(c.parts, p), append(c.epochs, l.epoch)
@@ -128,27 +132,44 @@ func (k *leaseKeeper) claimable(now time.Time, share workerShare) claimedParts {
 		}
 	}
 	ended := false
-	endLocked := func() {
-		if !ended {
-			ended = true
-			each(func(l *lease) { l.claiming-- })
+	// endLocked ends the batch's hold and reports whether a claim passed over one of its
+	// partitions meanwhile: that claim's worker, or a by-seq batch's rows, wait for a
+	// wake-up (the sibling whose share moved sends one too, dealMoved; a by-seq batch
+	// does not)
+	endLocked := func() (wake bool) {
+		if ended {
+			return false
 		}
+		ended = true
+		each(func(l *lease) {
+			l.claiming--
+			if l.claiming == 0 && l.passedOver {
+				l.passedOver, wake = false, true
+			}
+		})
+		return wake
 	}
 	c.ended = func() {
 		k.mu.Lock()
-		defer k.mu.Unlock()
-		endLocked()
+		wake := endLocked()
+		k.mu.Unlock()
+		if wake {
+			k.workAvailable()
+		}
 	}
 	c.done = func() {
 		k.mu.Lock()
-		defer k.mu.Unlock()
-		endLocked()
+		wake := endLocked()
 		each(func(l *lease) {
 			l.busy--
 			if l.busy == 0 && l.releasing {
 				signal(k.kick) // give it back now
 			}
 		})
+		k.mu.Unlock()
+		if wake {
+			k.workAvailable()
+		}
 	}
 	return c
 }

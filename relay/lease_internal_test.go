@@ -47,11 +47,14 @@ func TestHeartbeatThatRevivesPartitionsSaysSo(t *testing.T) {
 // transaction ends: reading rows a sibling's commit changes after its snapshot, a claim
 // re-checked each of them against the whole statement (2–3 s of CPU for 4 partitions in
 // a cold start of 4 relays). Its late settle does not hold them back, and the share
-// (dealt) is the whole one, so dealMoved sees no move.
+// (dealt) is the whole one, so dealMoved sees no move. The end of the sibling's
+// transaction wakes the workers, once: a by-seq batch (PublishSeqs) sends no other
+// wake-up, and the worker that was passed over would wait for its poll.
 func TestClaimableLeavesOutASiblingsPartitionsUntilItsTransactionEnds(t *testing.T) {
 	t.Parallel()
 	cfg := &Config{Mode: Ordered, Partitions: 4}
-	k := newLeaseKeeper(nil, nil, cfg, "me", slog.New(slog.DiscardHandler), &counters{}, func() {})
+	wakes := 0
+	k := newLeaseKeeper(nil, nil, cfg, "me", slog.New(slog.DiscardHandler), &counters{}, func() { wakes++ })
 	now := time.Now()
 	later := now.Add(time.Minute)
 	k.owned = map[int]*lease{0: {epoch: 1, deadline: later}, 1: {epoch: 1, deadline: later}, 2: {epoch: 1, deadline: later}, 3: {epoch: 1, deadline: later}}
@@ -65,7 +68,13 @@ func TestClaimableLeavesOutASiblingsPartitionsUntilItsTransactionEnds(t *testing
 		t.Fatalf("with the sibling's batch in its transaction: parts %v dealt %v, want [0 2] and [0 1 2 3]", mine.parts, mine.dealt)
 	}
 	mine.done()
+	if wakes != 0 {
+		t.Fatalf("%d wake-ups before the sibling's transaction ended", wakes)
+	}
 	sibling.ended() // committed; its late settle still runs
+	if wakes != 1 {
+		t.Fatalf("%d wake-ups when the sibling's transaction ended, want 1", wakes)
+	}
 	mine = k.claimable(now, workerShare{index: 0, of: 1})
 	if !slices.Equal(mine.parts, []int{0, 1, 2, 3}) {
 		t.Fatalf("after the sibling's transaction ended: parts %v, want all four", mine.parts)
@@ -75,6 +84,9 @@ func TestClaimableLeavesOutASiblingsPartitionsUntilItsTransactionEnds(t *testing
 	}
 	mine.done()
 	sibling.done() // calls ended again: counted once
+	if wakes != 1 {
+		t.Errorf("%d wake-ups in all, want 1", wakes)
+	}
 	for p, l := range k.owned {
 		if l.busy != 0 || l.claiming != 0 {
 			t.Errorf("partition %d: busy %d claiming %d after every batch ended", p, l.busy, l.claiming)

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,4 +146,48 @@ func TestPublishSeqsKeepsAggregateOrder(t *testing.T) {
 	if len(msgs) != 6 {
 		t.Fatalf("%d delivered, want 6 (behind and gap)", len(msgs))
 	}
+}
+
+// A by-seq batch (PublishSeqs) leaves out the partitions a worker's batch holds in its
+// transaction (ADR 0032), and their named events stay pending for the polling claims.
+// The end of that transaction wakes the workers, so they go out then, not at a poll an
+// hour away: the worker's own claim was not full, so it waits for a wake-up, and a
+// by-seq batch sends none.
+func TestPublishSeqsLeftBehindABatchInFlightGoOutWhenItEnds(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	release := make(chan struct{})
+	var calls atomic.Int32
+	sink := &memsink.Sink{FailFunc: func(outbox.Message) error {
+		if calls.Add(1) == 1 {
+			<-release // the worker's first batch stays in its transaction until released
+		}
+		return nil
+	}}
+	cfg := fastConfig()
+	cfg.Mode, cfg.Concurrency, cfg.SlowPublish = relay.Ordered, 1, time.Minute
+	cfg.Wakeup, cfg.PollInterval, cfg.FallbackPollInterval = relay.WakeupPoll, time.Hour, time.Hour
+	r := newRelay(t, pool, sink, cfg)
+	start(t, r)
+	waitSQL(t, pool, 10*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+	time.Sleep(100 * time.Millisecond) //nolint:forbidigo // the wake-ups of the leases taken have been claimed
+
+	enqueue(t, pool, []string{"first"}, 1)
+	r.Wake()
+	waitUntil(t, 10*time.Second, "the worker's batch publishing", func() bool { return calls.Load() >= 1 })
+	enqueue(t, pool, []string{"a", "b", "c"}, 2)
+	var seqs []int64
+	for _, id := range []string{"a", "b", "c"} {
+		seqs = append(seqs, seqsOf(t, pool, id)...)
+	}
+	res, err := r.PublishSeqs(t.Context(), seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Left != len(seqs) {
+		t.Fatalf("PublishSeqs beside a batch holding every partition = %+v, want all %d left", res, len(seqs))
+	}
+	close(release)
+	waitSQL(t, pool, 10*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
+	checkSeqOrder(t, sink.Messages())
 }
