@@ -33,10 +33,10 @@ func idleRelay(t *testing.T, pool *pgxpool.Pool, mode relay.Mode, retention rela
 	return r, sink
 }
 
-// seqsOf returns the seqs of aggregate id's events, in seq order.
-func seqsOf(t *testing.T, pool *pgxpool.Pool, id string) []int64 {
+// seqsOf returns the seqs of the events of the aggregates ids, in seq order.
+func seqsOf(t *testing.T, pool *pgxpool.Pool, ids ...string) []int64 {
 	t.Helper()
-	rows, _ := pool.Query(context.Background(), `SELECT seq FROM outbox.events WHERE aggregate_id = $1 ORDER BY seq`, id)
+	rows, _ := pool.Query(context.Background(), `SELECT seq FROM outbox.events WHERE aggregate_id = ANY($1) ORDER BY seq`, ids)
 	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +58,7 @@ func TestPublishSeqsPublishesTheNamedEvents(t *testing.T) {
 				r, sink := idleRelay(t, pool, mode, retention)
 				enqueue(t, pool, []string{"a", "b"}, 5)
 				enqueue(t, pool, []string{"hot"}, 25) // more than MaxPerAggregate: several batches
-				var seqs []int64
-				for _, id := range []string{"a", "b", "hot"} {
-					seqs = append(seqs, seqsOf(t, pool, id)...)
-				}
+				seqs := seqsOf(t, pool, "a", "b", "hot")
 				res, err := r.PublishSeqs(t.Context(), seqs)
 				if err != nil {
 					t.Fatal(err)
@@ -176,10 +173,7 @@ func TestPublishSeqsLeftBehindABatchInFlightGoOutWhenItEnds(t *testing.T) {
 	r.Wake()
 	waitUntil(t, 10*time.Second, "the worker's batch publishing", func() bool { return calls.Load() >= 1 })
 	enqueue(t, pool, []string{"a", "b", "c"}, 2)
-	var seqs []int64
-	for _, id := range []string{"a", "b", "c"} {
-		seqs = append(seqs, seqsOf(t, pool, id)...)
-	}
+	seqs := seqsOf(t, pool, "a", "b", "c")
 	res, err := r.PublishSeqs(t.Context(), seqs)
 	if err != nil {
 		t.Fatal(err)
