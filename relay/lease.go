@@ -102,9 +102,9 @@ type claimedParts struct {
 // (EvalPlanQual): 10,000 rows passed over in 5.6 s, for an empty claim. The deal moves
 // when workers become active or idle or leases come and go; a partition of share that a
 // sibling's batch, dealt it before, still holds in its transaction is left out until that
-// transaction ends (that sibling's share moved: it wakes the others then, dealMoved).
-// Without that, a claim of 4 partitions just dealt took 2–3 s of CPU in 1 cold start in 3
-// of 4 relays on 50,000 events, against 0.1–0.4 s.
+// transaction ends, and that end wakes the workers (ADR 0032). Without that, a claim of 4
+// partitions just dealt took 2–3 s of CPU in 14 of 64 cold starts of 4 relays on 50,000
+// events, against 0.1–0.4 s.
 func (k *leaseKeeper) claimable(now time.Time, share workerShare) claimedParts {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -131,45 +131,37 @@ func (k *leaseKeeper) claimable(now time.Time, share workerShare) claimedParts {
 			}
 		}
 	}
+	// ended ends the batch's hold, once, and wakes the workers if a claim passed over one
+	// of its partitions meanwhile: that claim's worker, or a by-seq batch's rows, wait for
+	// a wake-up (a by-seq batch sends none of its own)
 	ended := false
-	// endLocked ends the batch's hold and reports whether a claim passed over one of its
-	// partitions meanwhile: that claim's worker, or a by-seq batch's rows, wait for a
-	// wake-up (the sibling whose share moved sends one too, dealMoved; a by-seq batch
-	// does not)
-	endLocked := func() (wake bool) {
-		if ended {
-			return false
-		}
-		ended = true
-		each(func(l *lease) {
-			l.claiming--
-			if l.claiming == 0 && l.passedOver {
-				l.passedOver, wake = false, true
-			}
-		})
-		return wake
-	}
 	c.ended = func() {
 		k.mu.Lock()
-		wake := endLocked()
+		wake := false
+		if !ended {
+			ended = true
+			each(func(l *lease) {
+				l.claiming--
+				if l.claiming == 0 && l.passedOver {
+					l.passedOver, wake = false, true
+				}
+			})
+		}
 		k.mu.Unlock()
 		if wake {
 			k.workAvailable()
 		}
 	}
 	c.done = func() {
+		c.ended()
 		k.mu.Lock()
-		wake := endLocked()
+		defer k.mu.Unlock()
 		each(func(l *lease) {
 			l.busy--
 			if l.busy == 0 && l.releasing {
 				signal(k.kick) // give it back now
 			}
 		})
-		k.mu.Unlock()
-		if wake {
-			k.workAvailable()
-		}
 	}
 	return c
 }
