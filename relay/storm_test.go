@@ -52,6 +52,24 @@ func drain(c chan struct{}) {
 	}
 }
 
+// firstRecording waits up to timeout for a child whose sink has recorded a call's
+// deliveries after this call began, and returns its index.
+func firstRecording(children []*child, timeout time.Duration) (int, bool) {
+	for _, c := range children {
+		drain(c.recorded)
+	}
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		for i, c := range children {
+			select {
+			case <-c.recorded:
+				return i, true
+			default:
+			}
+		}
+	}
+	return 0, false
+}
+
 // The kill storm and a rolling restart while producing, with real
 // processes: 3 relay processes; events produced while one process after another is
 // stopped — SIGKILL (storm) or SIGTERM (rolling restart) — and restarted. Deliveries are
@@ -113,14 +131,16 @@ func TestKillStormAndRollingRestart(t *testing.T) {
 				time.Sleep(every/2 + rand.N(every)) //nolint:forbidigo,gosec // the storm's rhythm is the test's input
 				i := k % relays
 				if sig == syscall.SIGKILL {
-					// Mid-batch: after the broker has the messages, before the relay records
-					// them, when the victim is publishing (else wherever it is).
-					i = rng.IntN(relays)
-					drain(children[i].recorded)
-					select {
-					case <-children[i].recorded:
+					// Mid-batch: the first relay whose broker has a call's messages that the
+					// relay has not recorded yet (else a random one, after every / 2). A
+					// random victim waited for its own call, which an unordered relay
+					// between two of the producer's transactions did not have in 7 of 7
+					// kills of one CI run.
+					var recording bool
+					if i, recording = firstRecording(children, every/2); recording {
 						midBatch++
-					case <-time.After(every / 2):
+					} else {
+						i = rng.IntN(relays)
 					}
 					children[i].kill()
 				} else {
@@ -137,7 +157,7 @@ func TestKillStormAndRollingRestart(t *testing.T) {
 				stats = append(stats, c.stop(t))
 			}
 			res := checkStorm(t, pool, tc.mode == relay.Ordered)
-			t.Logf("%s ×%d: %d events, %d deliveries (%d duplicates), final relays' stats %+v", sig, stops, res.events, res.deliveries, res.deliveries-res.distinctDelivered, stats)
+			t.Logf("%s ×%d (%d mid-batch): %d events, %d deliveries (%d duplicates), final relays' stats %+v", sig, stops, midBatch, res.events, res.deliveries, res.deliveries-res.distinctDelivered, stats)
 			if res.events != aggCount*perAgg || res.lost != 0 || res.phantom != 0 || res.unpublished != 0 {
 				t.Fatalf("events %d (want %d), lost %d, phantom %d, unpublished %d", res.events, aggCount*perAgg, res.lost, res.phantom, res.unpublished)
 			}
@@ -156,7 +176,7 @@ func TestKillStormAndRollingRestart(t *testing.T) {
 				if shared == 0 {
 					t.Fatal("no aggregate was published by more than one relay process")
 				}
-				t.Logf("%d kills mid-batch; %d aggregates published by more than one process", midBatch, shared)
+				t.Logf("%d aggregates published by more than one process", shared)
 			}
 			// Both generations did work: relays started during the storm published.
 			var restarted int
