@@ -58,6 +58,11 @@ type batcher struct {
 	// late runs the settling of Publish calls that outlived their batch; the relay
 	// waits for it before it stops.
 	late sync.WaitGroup
+	// callTimes: how long the sink's Publish calls usually take (publish's cut-off)
+	callTimes callTimes
+	// cuts hold, per worker, whether a batch of the worker that went on without every
+	// one of its Publish calls is still waiting for them (publish)
+	cuts []atomic.Bool
 }
 
 func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, workers int, foundWork, released func()) *batcher {
@@ -68,6 +73,7 @@ func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, l
 		pool: pool, sink: sink, cfg: cfg, q: q, log: log, stats: stats, leases: leases, owner: owner,
 		breaker: newBreaker(cfg.BreakerInitialDelay, cfg.BreakerMaxDelay), foundWork: foundWork, released: released,
 		rotations:       make([]rotation, max(1, workers)),
+		cuts:            make([]atomic.Bool, max(1, workers)),
 		sessionSettings: []string{fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds())},
 	}
 	if !cfg.SynchronousCommit {
@@ -182,7 +188,14 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 	)
 	publishStart := time.Now()
 	if len(msgs) > 0 {
-		results, running, err = b.publish(relayCtx, msgs)
+		// A by-seq batch waits for one of its calls before it goes on without the others,
+		// as before ADR 0033: its source confirms what it settled, and rows held in
+		// flight would move an unanswered event's fate from the source to the hold.
+		var cut *atomic.Bool
+		if seqs == nil {
+			cut = &b.cuts[share.index%len(b.cuts)]
+		}
+		results, running, err = b.publish(relayCtx, msgs, cut)
 		// A batch that ends without holding the rows of the calls still running (it
 		// rolls back, is fenced, fails, or finds the sink down) cancels those calls and
 		// waits for them before its transaction ends: once it has, another claim may

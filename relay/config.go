@@ -127,7 +127,10 @@ type Config struct {
 	// call took, whichever is longer, the batch commits what returned, and the
 	// aggregates of the calls still running wait for them (their events held in flight,
 	// settled when the calls return or BatchTimeout ends them) while the relay goes on
-	// with every other aggregate. Default [DefaultSlowPublish] (50ms).
+	// with every other aggregate. A batch none of whose calls has returned goes on
+	// without them after SlowPublish or four times as long as the sink's calls usually
+	// take, whichever is longer — one such batch per worker at a time (ADR 0033).
+	// Default [DefaultSlowPublish] (50ms).
 	SlowPublish time.Duration
 	// SynchronousCommit makes a batch's commit wait until the database has flushed it to
 	// disk. Default false: the relay's transactions run with synchronous_commit off, so a

@@ -209,7 +209,7 @@ func (b *batcher) publishEmittedNow(ctx context.Context, msgs []outbox.Message) 
 		sent[i].Seq = 0
 	}
 	started := time.Now()
-	p, running, err := b.publish(ctx, sent)
+	p, running, err := b.publish(ctx, sent, nil) // as a by-seq batch's (batcher.run)
 	if err != nil { // the sink broke its contract: as down, nothing settled by it
 		if running != nil {
 			running.cancel()

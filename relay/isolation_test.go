@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/relay"
 	"github.com/outboxkit/outbox/sink/memsink"
 )
 
@@ -108,9 +109,90 @@ func TestSlowPublishHoldsOnlyItsAggregate(t *testing.T) {
 	waitDelivered(t, &sink.Sink, "slow", 3, 15*time.Second, "the slow aggregate after its message went through")
 	checkOrder(t, sink.Messages())
 	waitSQL(t, pool, 10*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
-	if st := r.Stats(); st.LatePublishes == 0 {
-		t.Fatalf("no publish outlived its batch: %+v", st)
+	waitLatePublishes(t, r)
+}
+
+// waitLatePublishes waits until r counts a late publish: a late settle counts its events
+// just after its transaction commits.
+func waitLatePublishes(t *testing.T, r *relay.Relay) {
+	t.Helper()
+	if !eventually(5*time.Second, func() bool { return r.Stats().LatePublishes > 0 }) {
+		t.Fatalf("no publish outlived its batch: %+v", r.Stats())
 	}
+}
+
+// A batch whose every Publish call hangs — here one aggregate alone in the batch of the
+// relay's only worker — holds up that aggregate only: after SlowPublish the batch goes
+// on without the call, and the worker claims and publishes the aggregates written
+// meanwhile. (Before, a batch went on only once some call had returned: the worker
+// waited out the hung call, and every aggregate of its partitions with it.)
+func TestSlowCallAloneInItsBatchHoldsOnlyItsAggregate(t *testing.T) {
+	t.Parallel()
+	inBothModes(t, func(t *testing.T, mode relay.Mode) {
+		pool := pgtest.Pool(t)
+		enqueue(t, pool, []string{"slow"}, 3)
+		sink := newStallingSink(func(m outbox.Message) bool { return m.AggregateID == "slow" && m.AggregateVersion == 1 })
+		cfg := fastConfig()
+		cfg.Mode, cfg.Concurrency = mode, 1
+		cfg.BatchTimeout = 20 * time.Second // the stall is the test's to end
+		r := newRelay(t, pool, sink, cfg)
+		start(t, r)
+		<-sink.stalled
+
+		enqueue(t, pool, aggregates("new", 20), 2)
+		waitDelivered(t, &sink.Sink, "new", 40, 10*time.Second, "the relay's one worker waits for the hung call")
+		if n := deliveredOf(&sink.Sink, "slow"); n != 0 {
+			t.Fatalf("%d events of the slow aggregate delivered while its first was held", n)
+		}
+		close(sink.release)
+		waitDelivered(t, &sink.Sink, "slow", 3, 15*time.Second, "the slow aggregate after its message went through")
+		if mode == relay.Ordered {
+			checkOrder(t, sink.Messages())
+		}
+		waitSQL(t, pool, 10*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
+		waitLatePublishes(t, r)
+	})
+}
+
+// hangingSink hangs every call until its context ends while hang is set, and publishes
+// through its memsink otherwise.
+type hangingSink struct {
+	memsink.Sink
+	hang atomic.Bool
+}
+
+func (s *hangingSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	if s.hang.Load() {
+		<-ctx.Done()
+	}
+	return s.Sink.Publish(ctx, msgs)
+}
+
+// A sink that hangs on every call is found down, as one refusing connections is: the
+// batch that went on without its hung calls (above) judges their timeouts as a batch's
+// when they end — over more than BreakerMinAggregates aggregates, the sink down: no
+// attempt counted, the breaker open — and everything goes out once the sink answers.
+func TestSinkHangingOnEveryCallIsFoundDown(t *testing.T) {
+	t.Parallel()
+	inBothModes(t, func(t *testing.T, mode relay.Mode) {
+		pool := pgtest.Pool(t)
+		sink := &hangingSink{}
+		sink.hang.Store(true)
+		cfg := fastConfig()
+		cfg.Mode, cfg.Concurrency = mode, 1
+		cfg.BatchTimeout = 500 * time.Millisecond
+		r := newRelay(t, pool, sink, cfg)
+		start(t, r)
+		enqueue(t, pool, aggregates("h", 10), 1)
+		waitUntil(t, 10*time.Second, "the breaker to open", func() bool { return r.Stats().BreakerOpens > 0 })
+		// The breaker's probes go on while the sink hangs: no attempt is counted for any.
+		time.Sleep(time.Second) //nolint:forbidigo // the outage goes on for a while
+		if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE attempts > 0 AND published_at IS NULL`); n != 0 {
+			t.Fatalf("%d events had an attempt counted while the sink hung on every call", n)
+		}
+		sink.hang.Store(false)
+		waitSQL(t, pool, 20*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
+	})
 }
 
 // enqueueVersions writes versions from..to of each aggregate, one transaction per version.

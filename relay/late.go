@@ -52,7 +52,7 @@ func (p published) without(msgs []outbox.Message, skip []int) ([]outbox.Message,
 // settleLate waits for the Publish calls a batch went on without and settles their
 // messages in a transaction of their own (settle_late.sql): each by what its call said,
 // classified as a batch's are, but never as an outage (the batch decided that, without
-// them). In ordered mode it checks the batch's leases first: if one moved on, it changes
+// them) — unless none of the batch's calls had returned (inFlight.whole). In ordered mode it checks the batch's leases first: if one moved on, it changes
 // nothing, and the rows become claimable when their hold runs out (the new owner
 // publishes them again). It changes only rows still held at h.until.
 func (b *batcher) settleLate(ctx context.Context, h heldRows) {
@@ -69,6 +69,23 @@ func (b *batcher) settleLate(ctx context.Context, h heldRows) {
 		p.errs, p.late, p.call = append(p.errs, h.p.errs[i]), append(p.late, h.p.late[i]), append(p.call, h.p.call[i])
 	}
 	out := b.decide(msgs, p, failures(msgs, p))
+	if h.running.whole {
+		// No call of the batch had returned: nothing showed the sink up, so their
+		// results are judged as a batch's. Found down, the rows go back untouched (no
+		// attempt counted) and the breaker opens.
+		var down bool
+		if out, down = b.classify(msgs, p); down {
+			out = settlement{}
+			for _, m := range msgs {
+				out.add(m.Seq, outcomeUntouched, nil, 0)
+			}
+			if b.breaker.down(time.Now()) {
+				b.stats.breakerOpens.Add(1)
+				b.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(p.errs)))
+			}
+			b.stats.sinkDownBatches.Add(1)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {

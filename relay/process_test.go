@@ -50,6 +50,8 @@ type childConfig struct {
 	// test can kill the process after the broker has the messages and before the relay
 	// has recorded them published.
 	AckDelay time.Duration
+	// SlowPublish is the relay's; 0: the default
+	SlowPublish time.Duration
 }
 
 const deliveriesTable = `CREATE TABLE IF NOT EXISTS storm_deliveries (
@@ -123,7 +125,7 @@ func runChild() int {
 	r, err := relay.New(pool, &recordingSink{pool: pool, delay: cfg.PublishDelay, announce: cfg.Announce, ackDelay: cfg.AckDelay}, &relay.Config{
 		Mode: cfg.Mode, LeaseTTL: cfg.LeaseTTL, BatchSize: cfg.BatchSize, MaxPerAggregate: cfg.MaxPerAggregate,
 		PollInterval: 20 * time.Millisecond, RetryBaseDelay: 20 * time.Millisecond, RetryMaxDelay: 200 * time.Millisecond,
-		BreakerInitialDelay: 100 * time.Millisecond, BreakerMaxDelay: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+		BreakerInitialDelay: 100 * time.Millisecond, BreakerMaxDelay: 500 * time.Millisecond, ShutdownTimeout: 5 * time.Second, SlowPublish: cfg.SlowPublish,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/outbox"
@@ -25,22 +26,28 @@ type published struct {
 // message after another, or one message that hangs, holds up only the aggregates of its
 // own call.
 //
-// When some calls have returned and the others are still running long after —
-// SlowPublish, or four times as long as the first call took, whichever is longer —
-// publish returns without them: the batch settles what returned, and the calls still
-// running (inFlight) are waited for and settled after it (batcher.settleLate). It returns
-// an error only when the sink broke its contract (not one result per message).
-func (b *batcher) publish(ctx context.Context, msgs []outbox.Message) (published, *inFlight, error) {
+// Calls still running long after they should have returned are not waited for: publish
+// returns without them, the batch settles what returned, and the calls still running
+// (inFlight) are waited for and settled after it (batcher.settleLate). Long after is:
+//   - when some calls have returned: SlowPublish, or four times as long as the first
+//     call took, whichever is longer;
+//   - when none has, and cut is not nil: SlowPublish, or four times as long as the
+//     sink's calls usually take (callTimes), whichever is longer — a batch of one
+//     aggregate, or of one slow call, holds up its own aggregates only (ADR 0033). At
+//     most one such batch per cut (a worker's) is in flight at a time: while one is, the
+//     next waits for its calls, so a sink that hangs on every call is found down by a
+//     batch of its own, as before, rather than holding every aggregate of the relay in
+//     flight one batch after another.
+//
+// It returns an error only when the sink broke its contract (not one result per
+// message).
+func (b *batcher) publish(ctx context.Context, msgs []outbox.Message, cut *atomic.Bool) (published, *inFlight, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	if b.cfg.Mode == Unordered {
 		ctx = outbox.WithoutOrder(ctx)
 	}
 	calls := spread(msgs, b.cfg.PublishCalls)
 	p := published{errs: make([]error, len(msgs)), late: make([]bool, len(msgs)), call: make([]int, len(msgs))}
-	if len(calls) == 1 {
-		defer cancel()
-		return p, nil, b.call(ctx, msgs, 0, nil, p)
-	}
 	type result struct {
 		call int
 		err  error
@@ -49,18 +56,27 @@ func (b *batcher) publish(ctx context.Context, msgs []outbox.Message) (published
 	started := time.Now()
 	for c, idx := range calls {
 		go func() {
-			part := make([]outbox.Message, len(idx))
-			for i, j := range idx {
-				part[i] = msgs[j]
+			part := msgs
+			if idx != nil {
+				part = make([]outbox.Message, len(idx))
+				for i, j := range idx {
+					part[i] = msgs[j]
+				}
 			}
 			finished <- result{c, b.call(ctx, part, c, idx, p)}
 		}()
 	}
 	var (
 		firstErr error
-		cut      <-chan time.Time
 		returned = make([]bool, len(calls))
+		// wait: when the calls still running are given up on; nil: not before they return
+		wait  = time.NewTimer(max(b.cfg.SlowPublish, 4*b.callTimes.typical()))
+		whole *atomic.Bool // the slot a batch that went on without every call holds
 	)
+	defer wait.Stop()
+	if cut == nil {
+		wait.Stop()
+	}
 	for n := 0; n < len(calls); {
 		select {
 		case r := <-finished:
@@ -69,15 +85,27 @@ func (b *batcher) publish(ctx context.Context, msgs []outbox.Message) (published
 			if r.err != nil {
 				firstErr = r.err
 			}
-			if cut == nil && n < len(calls) {
-				cut = time.After(max(b.cfg.SlowPublish, 4*time.Since(started)) - time.Since(started))
+			if n == 1 && n < len(calls) {
+				wait.Reset(max(b.cfg.SlowPublish, 4*time.Since(started)) - time.Since(started))
 			}
-		case <-cut:
-			f := &inFlight{done: make(chan struct{}), cancel: cancel}
+		case <-wait.C:
+			if n == 0 && !cut.CompareAndSwap(false, true) {
+				continue // another batch of the slot went on without its calls: wait for a call
+			}
+			if n == 0 {
+				whole = cut
+			}
+			f := &inFlight{done: make(chan struct{}), cancel: cancel, whole: whole != nil}
 			for c, idx := range calls {
-				if !returned[c] {
-					f.msgs = append(f.msgs, idx...)
+				if returned[c] {
+					continue
 				}
+				if idx == nil { // the one call: every message
+					for i := range msgs {
+						f.msgs = append(f.msgs, i)
+					}
+				}
+				f.msgs = append(f.msgs, idx...)
 			}
 			pending := len(calls) - n
 			go func() {
@@ -85,6 +113,9 @@ func (b *batcher) publish(ctx context.Context, msgs []outbox.Message) (published
 					if r := <-finished; r.err != nil {
 						f.err = r.err
 					}
+				}
+				if whole != nil {
+					whole.Store(false)
 				}
 				close(f.done)
 			}()
@@ -102,13 +133,39 @@ type inFlight struct {
 	done   chan struct{} // closed when every one of them has returned
 	err    error         // a contract error of one of them; read after done
 	cancel context.CancelFunc
+	// whole: no call of the batch had returned, so the batch did not find the sink up:
+	// their results may still show it down (settleLate classifies them as a batch's)
+	whole bool
 }
+
+// callTimes keeps how long the sink's Publish calls usually take: a moving average of
+// the calls that returned within their budget (each new one weighs 1/8).
+type callTimes struct{ avg atomic.Int64 }
+
+func (t *callTimes) note(d time.Duration) {
+	for {
+		old := t.avg.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if t.avg.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+func (t *callTimes) typical() time.Duration { return time.Duration(t.avg.Load()) }
 
 // call makes Publish call number c with part, whose messages are msgs[idx[i]] of the
 // batch (idx nil: part is the whole batch), and records the results in p.
 func (b *batcher) call(ctx context.Context, part []outbox.Message, c int, idx []int, p published) error {
+	began := time.Now()
 	errs := b.sink.Publish(ctx, part)
 	late := ctx.Err() != nil
+	if !late {
+		b.callTimes.note(time.Since(began))
+	}
 	if len(errs) != len(part) {
 		return fmt.Errorf("sink returned %d results for %d messages (a sink bug): batch abandoned", len(errs), len(part))
 	}

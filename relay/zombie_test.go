@@ -24,7 +24,11 @@ func TestZombieRelayIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	enqueue(t, pool, aggregates("z", 100), 30)
-	cfg := childConfig{Mode: relay.Ordered, LeaseTTL: time.Second, BatchSize: 50, MaxPerAggregate: 4, PublishDelay: 300 * time.Millisecond, Announce: true}
+	// The batches wait for their calls (SlowPublish past the test): A, paused in a call,
+	// sends its batch when it resumes and only then finds its lease gone, so each event
+	// of its fenced marks was sent twice. (A batch that goes on without its calls may be
+	// fenced before they send — ADR 0033 — and leave no duplicate to count.)
+	cfg := childConfig{Mode: relay.Ordered, LeaseTTL: time.Second, BatchSize: 50, MaxPerAggregate: 4, PublishDelay: 300 * time.Millisecond, Announce: true, SlowPublish: time.Minute}
 	a := startChild(t, connString, cfg)
 	waitSQL(t, pool, 10*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, a.owner)
 	b := startChild(t, connString, cfg)

@@ -158,6 +158,7 @@ func (b *bench) cdcBurst(ctx context.Context, mode relay.Mode, useCDC, tableless
 	began := time.Now()
 	if err == nil {
 		_, commits, run.txs, run.write, err = b.runProducer(ctx, txns, 0, b.o.cdcWriters, body, afterCommit)
+		slices.Sort(run.txs)
 	}
 	if err != nil {
 		c.kill()

@@ -48,6 +48,7 @@ type relayShape struct {
 	concurrency                int  // batches in flight per instance (Config.Concurrency); 0: the default
 	jitOff                     bool // the relays' sessions run with jit = off
 	cold                       bool // the relays start after the backlog is written, all at once
+	aggregates                 int  // the backlog's aggregates; 0: -aggregates
 }
 
 // drainShapes are the configurations of the main drain table.
@@ -129,7 +130,11 @@ func (b *bench) relayDrain(ctx context.Context, s relayShape, ret relay.Retentio
 		return childResult{}, err
 	}
 	res, err := func() (childResult, error) {
-		if err := benchdb.Fill(ctx, b.pool, events, b.o.aggregates, false); err != nil {
+		aggregates := b.o.aggregates
+		if s.aggregates > 0 {
+			aggregates = s.aggregates
+		}
+		if err := benchdb.Fill(ctx, b.pool, events, aggregates, false); err != nil {
 			return childResult{}, err
 		}
 		if err := benchdb.Settle(ctx, b.pool); err != nil {

@@ -1,7 +1,9 @@
 // Command relaybench measures the outbox relay: how fast it drains a backlog compared
 // with the best plain-SQL loop making the same state change (drain), how ordered mode
 // scales out over relay instances against a slow sink (scale), the time from a
-// producer's COMMIT to the sink per wake-up path (latency), what each wake-up path
+// producer's COMMIT to the sink per wake-up path (latency), whether one aggregate's
+// trouble (a flooding type, a hot aggregate, a stalled message) delays the others and
+// whether any claim shape degenerates (isolation), what each wake-up path
 // costs writers (writer), and the claim queries' plans on empty, drained and large
 // tables (claim). Run only when named, the peers part measures the latency and the
 // producer's cost beside real peers (the watermill-sql forwarder, River) and the
@@ -50,7 +52,7 @@ import (
 )
 
 // parts lists the parts in the order -part all runs them.
-var parts = []string{"drain", "scale", "latency", "writer", "claim"}
+var parts = []string{"drain", "scale", "latency", "isolation", "writer", "claim"}
 
 // extraParts run only when named, after the others: peers (the latency beside
 // watermill and River, which take minutes more), and cdc (alone: on a cluster of its
@@ -84,6 +86,12 @@ type options struct {
 
 	claimRows int
 	sqlDir    string
+
+	isolationRounds    int           // isolation: rounds of every scenario
+	isolationFlood     int           // isolation: events of the flooding type
+	isolationFloodTime time.Duration // isolation: how long the flood takes to write
+	isolationHot       int           // isolation: events of the hot aggregate (and of the one-aggregate drain)
+	isolationStall     time.Duration // isolation: how long the sink holds the stalled message
 
 	cdcPoll     time.Duration // cdc: the PollInterval of the relay beside the Source
 	cdcWriters  int           // cdc: the burst's producer connections
@@ -122,6 +130,11 @@ func main() {
 	flag.IntVar(&o.writerClients, "writer-clients", 32, "writer: concurrent clients")
 	flag.IntVar(&o.writerRuns, "writer-runs", 5, "writer: interleaved runs per wake-up path; the median is reported")
 	flag.DurationVar(&o.writerDuration, "writer-duration", 5*time.Second, "writer: length of one run")
+	flag.IntVar(&o.isolationRounds, "isolation-rounds", 3, "isolation: rounds of every scenario (control and troubled runs); ratios are judged on their median")
+	flag.IntVar(&o.isolationFlood, "isolation-flood", 100_000, "isolation: events of the flooding type")
+	flag.DurationVar(&o.isolationFloodTime, "isolation-flood-time", 8*time.Second, "isolation: how long the flood takes to write")
+	flag.IntVar(&o.isolationHot, "isolation-hot", 10_000, "isolation: events of the hot aggregate, and of the one-aggregate drain at MaxPerAggregate 1")
+	flag.DurationVar(&o.isolationStall, "isolation-stall", 2*time.Second, "isolation: how long the sink holds the stalled message")
 	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "claim: published rows behind the pending ones")
 	flag.DurationVar(&o.cdcPoll, "cdc-poll-interval", 30*time.Second, "cdc: PollInterval of the relay beside the cdc.Source (WakeupPoll): when its polling claims take up what CDC left")
 	flag.IntVar(&o.cdcWriters, "cdc-writers", 4, "cdc: connections the burst's producer writes on")
@@ -264,6 +277,8 @@ func run(ctx context.Context, o options) error {
 			pr, err = b.scale(ctx)
 		case "latency":
 			pr, err = b.latency(ctx)
+		case "isolation":
+			pr, err = b.isolation(ctx)
 		case "writer":
 			pr, err = b.writer(ctx)
 		case "claim":

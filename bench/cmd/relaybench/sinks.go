@@ -21,6 +21,9 @@ const (
 	sinkMemLatency = "mem-latency" // memsink with Latency: messages one after another
 	sinkAggLatency = "agg-latency" // latency per message, aggregates concurrently
 	sinkRecord     = "record"      // records when each message arrived
+	// sinkRecordStall records as sinkRecord, but holds the first message of type
+	// stallEventType it sees (and its aggregate's later messages of the call) for Latency
+	sinkRecordStall = "record-stall"
 )
 
 // counter wraps a sink: it counts the messages acknowledged and, when order is set,
@@ -144,6 +147,49 @@ func (s *recordSink) Publish(_ context.Context, msgs []outbox.Message) []error {
 	return make([]error, len(msgs))
 }
 
+// stallingRecordSink records as its recordSink does, but holds the first message of type
+// stallEventType it is given, once, for hold: that message and the later messages of its
+// aggregate in the call are received after the hold, the call's other messages at
+// once — as a broker client that pipelines aggregates would.
+type stallingRecordSink struct {
+	rec     *recordSink
+	hold    time.Duration
+	stalled atomic.Bool
+}
+
+func (s *stallingRecordSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	at := time.Now().UnixNano()
+	errs := make([]error, len(msgs))
+	var now, held []uuid.UUID
+	var heldAgg [2]string
+	holding := false
+	for _, m := range msgs {
+		k := [2]string{m.AggregateType, m.AggregateID}
+		if !holding && m.EventType == stallEventType && s.stalled.CompareAndSwap(false, true) {
+			holding, heldAgg = true, k
+		}
+		if holding && k == heldAgg {
+			held = append(held, m.ID)
+			continue
+		}
+		now = append(now, m.ID)
+	}
+	s.rec.received(now, at)
+	if !holding {
+		return errs
+	}
+	if err := sleepCtx(ctx, s.hold); err != nil {
+		for i, m := range msgs {
+			if [2]string{m.AggregateType, m.AggregateID} == heldAgg {
+				errs[i] = fmt.Errorf("publish event %s: %w", m.ID, err)
+			}
+		}
+		return errs
+	}
+	s.rec.received(held, time.Now().UnixNano())
+	return errs
+}
+
 // received records ids as arrived at unix-ns at.
 func (s *recordSink) received(ids []uuid.UUID, at int64) {
 	s.mu.Lock()
@@ -188,6 +234,8 @@ func newSink(kind string, latency time.Duration, c *counter, rec *recordSink) (o
 		return &countingSink{inner: aggLatencySink{latency}, c: c}, nil
 	case sinkRecord:
 		return &countingSink{inner: rec, c: c}, nil
+	case sinkRecordStall:
+		return &countingSink{inner: &stallingRecordSink{rec: rec, hold: latency}, c: c}, nil
 	}
 	return nil, fmt.Errorf("unknown sink kind %q", kind)
 }

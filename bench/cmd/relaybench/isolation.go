@@ -1,0 +1,467 @@
+package main
+
+// The isolation part: one aggregate's trouble must stay its own. A steady trickle of
+// events is measured (commit → sink, as in the latency part) in a control run and in
+// runs where something else troubles the relay meanwhile — a type flooding the table,
+// an aggregate with a deep backlog, one of its messages held by the sink — and the
+// trickle's p99 while the trouble lasts is compared with the control's. The drain part
+// of it measures claim shapes that used to degenerate (MaxPerAggregate 1 on one deep
+// aggregate; MaxPerAggregate 1, 10 and 200 over many aggregates).
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/bench/internal/benchreport"
+	"github.com/outboxkit/outbox/relay"
+)
+
+// Targets of the isolation part (issue 14).
+const (
+	// targetTroubleP99: the trickle's p99 while the trouble lasts, against its control's.
+	targetTroubleP99 = 2.0
+	// targetOneDeepRate: MaxPerAggregate 1 on one aggregate's backlog, events/s.
+	targetOneDeepRate = 200
+	// targetClaimCycle: the same drain's time per claim.
+	targetClaimCycle = 5 * time.Millisecond
+	// targetShapeSpread: MaxPerAggregate 1, 10 and 200 over many aggregates, the fastest
+	// drain against the slowest.
+	targetShapeSpread = 2.0
+
+	// stallEventType marks the one message the stalling sink holds.
+	stallEventType = "stall"
+	// isolationLead is how long the trickle runs before the trouble starts.
+	isolationLead = 2 * time.Second
+)
+
+// isolationTrouble is what troubles the relay while the trickle runs.
+type isolationTrouble string
+
+const (
+	troubleNone  isolationTrouble = "none"  // the control
+	troubleFlood isolationTrouble = "flood" // a type flooding the table
+	troubleHot   isolationTrouble = "hot"   // one aggregate's deep backlog
+	troubleStall isolationTrouble = "stall" // the same, one of its messages held by the sink
+)
+
+// isolationCase is one run: a relay set-up, a trickle, and a trouble.
+type isolationCase struct {
+	scenario string // the scenario the case belongs to (its control shares it)
+	trouble  isolationTrouble
+	relays   int
+	// trickle: its aggregate type and how many aggregates it spreads over, at rate
+	// events/s
+	trickleType       string
+	trickleAggregates int
+	rate              int
+}
+
+func (c isolationCase) String() string {
+	return fmt.Sprintf("%s, trouble %s", c.scenario, c.trouble)
+}
+
+// isolationScenarios returns the cases of one round: each scenario's control, then its
+// troubled runs.
+func (b *bench) isolationScenarios() []isolationCase {
+	var out []isolationCase
+	for _, n := range []int{1, 4} {
+		sc := fmt.Sprintf("noisy neighbour, %d relay(s)", n)
+		quiet := isolationCase{scenario: sc, relays: n, trickleType: "quiet", trickleAggregates: 50, rate: 50}
+		for _, t := range []isolationTrouble{troubleNone, troubleFlood} {
+			quiet.trouble = t
+			out = append(out, quiet)
+		}
+	}
+	small := isolationCase{scenario: "hot aggregate, slow publish", relays: 1, trickleType: "order", trickleAggregates: b.o.aggregates, rate: 200}
+	for _, t := range []isolationTrouble{troubleNone, troubleHot, troubleStall} {
+		small.trouble = t
+		out = append(out, small)
+	}
+	return out
+}
+
+// isolationResult is what one case measured.
+type isolationResult struct {
+	c     isolationCase
+	round int
+	// all: the trickle's latencies after the lead; during: those of the events committed
+	// while the trouble lasted (the control: all)
+	all, during []time.Duration
+	// txDuring: the trickle's own transactions (BEGIN to the end of COMMIT) of during:
+	// what the machine's load did to the producer itself
+	txDuring []time.Duration
+	// troubleTime: from the trouble's first commit until its last event was published
+	troubleTime time.Duration
+	troubleSize int
+	claims      int64
+}
+
+func (b *bench) isolation(ctx context.Context) (partReport, error) {
+	var results []isolationResult
+	for round := 1; round <= b.o.isolationRounds; round++ {
+		for _, c := range b.isolationScenarios() {
+			res, err := b.isolationRun(ctx, c)
+			if err != nil {
+				return partReport{}, fmt.Errorf("%s: %w", c, err)
+			}
+			res.round = round
+			fmt.Fprintf(os.Stderr, "isolation round %d %-60s p50 %7.2f p99 %8.2f ms during (all %7.2f; tx p99 %6.2f), trouble %d events in %s\n", round, c,
+				ms(percentile(res.during, 50)), ms(percentile(res.during, 99)), ms(percentile(res.all, 99)), ms(percentile(res.txDuring, 99)), res.troubleSize, res.troubleTime.Round(time.Millisecond))
+			results = append(results, res)
+		}
+	}
+	shapes, err := b.isolationShapes(ctx)
+	if err != nil {
+		return partReport{}, err
+	}
+	return b.isolationReport(results, shapes), nil
+}
+
+// isolationRun runs one case: a relay child with the recording sink, the trickle for
+// -latency-duration and, after isolationLead, the trouble.
+func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationResult, error) {
+	if err := resetForRelay(ctx, b.pool, relay.Ordered); err != nil {
+		return isolationResult{}, err
+	}
+	dir, err := os.MkdirTemp("", "relaybench-")
+	if err != nil {
+		return isolationResult{}, fmt.Errorf("temporary directory: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	receipts := filepath.Join(dir, "receipts")
+	sink, hold := sinkRecord, time.Duration(0)
+	if c.trouble == troubleStall {
+		sink, hold = sinkRecordStall, b.o.isolationStall
+	}
+	child, err := startChild(ctx, childConfig{DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts})
+	if err != nil {
+		return isolationResult{}, err
+	}
+	res, err := b.isolationMeasure(ctx, c, child, receipts)
+	if err != nil {
+		child.kill()
+	}
+	return res, err
+}
+
+func (b *bench) isolationMeasure(ctx context.Context, c isolationCase, child *child, receipts string) (isolationResult, error) {
+	notifier, err := outbox.NewNotifier(b.pool, nil)
+	if err != nil {
+		return isolationResult{}, fmt.Errorf("new notifier: %w", err)
+	}
+	defer notifier.Close()
+	var (
+		troubleStart, troubleEnd time.Time
+		troubleSize              int
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if c.trouble == troubleNone {
+			return nil
+		}
+		if err := sleepCtx(gctx, isolationLead); err != nil {
+			return err
+		}
+		var err error
+		troubleStart, troubleSize, err = b.trouble(gctx, c.trouble, notifier)
+		if err != nil {
+			return err
+		}
+		troubleEnd, err = b.waitTroubleDrained(gctx, c.trouble)
+		return err
+	})
+	var (
+		ids     []uuid.UUID
+		commits []int64
+		txs     []time.Duration
+		began   time.Time
+	)
+	g.Go(func() error {
+		total := int(float64(c.rate) * b.o.latencyDuration.Seconds())
+		began = time.Now()
+		var err error
+		ids, commits, txs, _, err = b.runProducer(gctx, total, time.Second/time.Duration(c.rate), 4, func(ctx context.Context, tx pgx.Tx, id uuid.UUID, rng *rand.Rand) error {
+			return outbox.Enqueue(ctx, outbox.PgxTx(tx), outbox.Event{
+				ID: id, AggregateType: c.trickleType, AggregateID: fmt.Sprintf("%s-%d", c.trickleType, rng.IntN(c.trickleAggregates)),
+				EventType: c.trickleType + ".changed", Payload: []byte(`{"trickle":true}`),
+			})
+		}, notifier.AfterCommit)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return isolationResult{}, err
+	}
+	if err := b.waitNonePending(ctx); err != nil {
+		return isolationResult{}, err
+	}
+	if err := child.send("STOP"); err != nil {
+		return isolationResult{}, err
+	}
+	cr, err := child.result()
+	if err != nil {
+		return isolationResult{}, err
+	}
+	got, err := readReceipts(receipts)
+	if err != nil {
+		return isolationResult{}, err
+	}
+	res := isolationResult{c: c, troubleSize: troubleSize, claims: cr.Stats.Claims}
+	from, to := began.Add(isolationLead).UnixNano(), int64(1<<63-1)
+	if c.trouble != troubleNone {
+		from, to = troubleStart.UnixNano(), troubleEnd.UnixNano()
+		res.troubleTime = troubleEnd.Sub(troubleStart)
+	}
+	for i, id := range ids {
+		at, ok := got[id]
+		if !ok {
+			return isolationResult{}, fmt.Errorf("event %s was committed but never reached the sink", id)
+		}
+		if commits[i] < began.Add(isolationLead).UnixNano() {
+			continue
+		}
+		lat := time.Duration(at - commits[i])
+		res.all = append(res.all, lat)
+		if commits[i] >= from && commits[i] <= to {
+			res.during = append(res.during, lat)
+			res.txDuring = append(res.txDuring, txs[i])
+		}
+	}
+	slices.Sort(res.all)
+	slices.Sort(res.during)
+	slices.Sort(res.txDuring)
+	if len(res.during) == 0 {
+		return isolationResult{}, fmt.Errorf("no trickle event was committed while the trouble lasted (%s)", res.troubleTime)
+	}
+	return res, nil
+}
+
+// trouble writes the trouble's events and returns when its first commit began and how
+// many events it wrote:
+//   - flood: -isolation-flood events of type "flood" over 1,000 aggregates, in
+//     transactions of 100 events through Enqueue on 4 connections, spread over
+//     -isolation-flood-time;
+//   - hot, stall: -isolation-hot events of one aggregate, in one statement (stall: the
+//     100th is the one the sink holds).
+func (b *bench) trouble(ctx context.Context, t isolationTrouble, notifier *outbox.Notifier) (time.Time, int, error) {
+	began := time.Now()
+	switch t {
+	case troubleFlood:
+		const perTx, writers = 100, 4
+		txs := b.o.isolationFlood / perTx
+		interval := b.o.isolationFloodTime / time.Duration(txs)
+		var next sync.Mutex
+		k := 0
+		g, gctx := errgroup.WithContext(ctx)
+		for range writers {
+			g.Go(func() error {
+				for {
+					next.Lock()
+					i := k
+					k++
+					next.Unlock()
+					if i >= txs {
+						return nil
+					}
+					if d := time.Until(began.Add(time.Duration(i) * interval)); d > 0 {
+						if err := sleepCtx(gctx, d); err != nil {
+							return err
+						}
+					}
+					events := make([]outbox.Event, perTx)
+					for j := range events {
+						events[j] = outbox.Event{AggregateType: "flood", AggregateID: fmt.Sprintf("flood-%d", (i*perTx+j)%1000), EventType: "flood.changed", Payload: []byte(`{"flood":true}`)}
+					}
+					if err := outbox.WithTx(gctx, b.pool, func(tx pgx.Tx) error { return outbox.Enqueue(gctx, outbox.PgxTx(tx), events...) }, notifier.AfterCommit); err != nil {
+						return fmt.Errorf("flood: %w", err)
+					}
+				}
+			})
+		}
+		return began, txs * perTx, g.Wait()
+	case troubleHot, troubleStall:
+		stall := int64(0)
+		if t == troubleStall {
+			stall = 100
+		}
+		_, err := b.pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, aggregate_version, event_type, payload)
+			SELECT gen_random_uuid(), 'order', 'hot', g, CASE WHEN g = $2 THEN $3 ELSE 'order.changed' END, '{"hot":true}'
+			FROM generate_series(1, $1::int) g`, b.o.isolationHot, stall, stallEventType)
+		if err != nil {
+			return began, 0, fmt.Errorf("hot backlog: %w", err)
+		}
+		notifier.AfterCommit(ctx)
+		return began, b.o.isolationHot, nil
+	}
+	return began, 0, fmt.Errorf("unknown trouble %q", t)
+}
+
+// waitTroubleDrained waits until no event of the trouble is pending and returns when it
+// saw that (a probe of events_pending_aggregate every 20 ms).
+func (b *bench) waitTroubleDrained(ctx context.Context, t isolationTrouble) (time.Time, error) {
+	typ, id := "flood", ""
+	if t != troubleFlood {
+		typ, id = "order", "hot"
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var pending bool
+		err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox.events
+			WHERE published_at IS NULL AND dead_at IS NULL AND aggregate_type = $1 AND ($2 = '' OR aggregate_id = $2))`, typ, id).Scan(&pending)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("wait for the trouble to drain: %w", err)
+		}
+		if !pending {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("the %s trouble was not drained after 5 minutes", t)
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+// waitNonePending waits until no event is pending.
+func (b *bench) waitNonePending(ctx context.Context) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var pending bool
+		if err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox.events WHERE published_at IS NULL AND dead_at IS NULL)`).Scan(&pending); err != nil {
+			return fmt.Errorf("wait for the relay: %w", err)
+		}
+		if !pending {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("events still pending after 5 minutes")
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// shapeResult is one drain of the claim-shape table.
+type shapeResult struct {
+	what                       string
+	events, aggregates, maxPer int
+	res                        childResult
+}
+
+// isolationShapes drains the claim shapes that used to degenerate: one aggregate's
+// -isolation-hot events at MaxPerAggregate 1, and -scale-events events over
+// -aggregates aggregates at MaxPerAggregate 1, 10 and 200 (BatchSize 100, the default).
+func (b *bench) isolationShapes(ctx context.Context) ([]shapeResult, error) {
+	runs := []shapeResult{{what: "one aggregate", events: b.o.isolationHot, aggregates: 1, maxPer: 1}}
+	for _, m := range []int{1, 10, 200} {
+		runs = append(runs, shapeResult{what: "many aggregates", events: b.o.scaleEvents, aggregates: b.o.aggregates, maxPer: m})
+	}
+	for i, r := range runs {
+		s := relayShape{mode: relay.Ordered, instances: 1, batchSize: 100, maxPerAggregate: r.maxPer, aggregates: r.aggregates}
+		res, err := b.relayDrain(ctx, s, relay.KeepThenDelete, r.events, sinkMem, 0)
+		if err != nil {
+			return nil, fmt.Errorf("claim shape %s: %w", s, err)
+		}
+		runs[i].res = res
+		fmt.Fprintf(os.Stderr, "isolation shape %-16s %6d events, %4d aggregates, MaxPerAggregate %3d: %8.0f events/s, %5d claims, %.2f ms a claim\n",
+			r.what, r.events, r.aggregates, r.maxPer, eps(r.events, res.Elapsed), res.Stats.Claims, ms(res.Elapsed)/float64(max(res.Stats.Claims, 1)))
+	}
+	return runs, nil
+}
+
+func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult) partReport {
+	var md strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&md, format, args...) }
+	p("### Isolation: one aggregate's trouble stays its own\n\n")
+	p("A producer commits a trickle of events, one per transaction (`outbox.Enqueue` through 4 connections, `Notifier.AfterCommit` after each), for %s; ", b.o.latencyDuration)
+	p("relays with default settings (ordered, BatchSize 100, MaxPerAggregate 10, listening) run in a child process with a sink that records when each message arrives. ")
+	p("Latency runs from just before the trickle's COMMIT to the sink, as in the latency part. %s after the trickle starts, the trouble starts: ", isolationLead)
+	p("**flood**: %d events of type `flood` over 1,000 aggregates, 100 a transaction through `Enqueue` on 4 connections, over %s, while the trickle is type `quiet` at 50 events/s over 50 aggregates; ", b.o.isolationFlood, b.o.isolationFloodTime)
+	p("**hot**: one aggregate's %d events in one statement, while the trickle is 200 events/s over %d other aggregates; ", b.o.isolationHot, b.o.aggregates)
+	p("**stall**: the same, and the sink holds the hot aggregate's 100th message for %s (its later messages wait behind it, as a pipelining broker client's would; the other aggregates of the same Publish call are received at once). ", b.o.isolationStall)
+	p("\"During\" counts the trickle events committed from the trouble's first commit until its last event was published (the control: every event after the first %s); the ratio is a run's p99 during its trouble against the p99 of its scenario's control in the same round (stall: against the hot run's). ", isolationLead)
+	p("Milliseconds:\n\n")
+	p("The trickle's own transactions (BEGIN to the end of COMMIT) are shown too: the commit is inside the latency, and what the trouble's writes cost the machine shows there first.\n\n")
+	p("| round | scenario | trouble | trouble events | trouble lasted | trickle events during | p50 during | p99 during | p99 whole run | max during | trickle tx p99 during | claims | p99 ratio |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	type key struct {
+		round    int
+		scenario string
+		trouble  isolationTrouble
+	}
+	byKey := map[key]isolationResult{}
+	for _, r := range results {
+		byKey[key{r.round, r.c.scenario, r.c.trouble}] = r
+	}
+	ratios := map[string][]float64{}
+	var order []string
+	for _, r := range results {
+		ratio := ""
+		base := troubleNone
+		if r.c.trouble == troubleStall {
+			base = troubleHot
+		}
+		if ctl, ok := byKey[key{r.round, r.c.scenario, base}]; ok && r.c.trouble != troubleNone {
+			x := float64(percentile(r.during, 99)) / float64(percentile(ctl.during, 99))
+			ratio = fmt.Sprintf("%.2f", x)
+			name := fmt.Sprintf("%s, %s against %s", r.c.scenario, r.c.trouble, base)
+			if _, seen := ratios[name]; !seen {
+				order = append(order, name)
+			}
+			ratios[name] = append(ratios[name], x)
+		}
+		lasted := ""
+		if r.troubleTime > 0 {
+			lasted = fmt.Sprintf("%.2f s", r.troubleTime.Seconds())
+		}
+		p("| %d | %s | %s | %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %s |\n", r.round, r.c.scenario, r.c.trouble, r.troubleSize, lasted, len(r.during),
+			ms(percentile(r.during, 50)), ms(percentile(r.during, 99)), ms(percentile(r.all, 99)), ms(r.during[len(r.during)-1]), ms(percentile(r.txDuring, 99)), r.claims, ratio)
+	}
+	var targets []string
+	for _, name := range order {
+		m := medianFloat(ratios[name])
+		targets = append(targets, fmt.Sprintf("Isolation, %s: trickle p99 during the trouble ≤ %.0f × (median of %d rounds): %s — %.2f × (rounds: %s).",
+			name, targetTroubleP99, len(ratios[name]), benchreport.Met(m <= targetTroubleP99), m, joinFloats(ratios[name], "%.2f")))
+	}
+	for _, r := range results {
+		if r.c.trouble == troubleHot && r.troubleTime > 0 {
+			p("\nRound %d: the hot aggregate's %d events drained at %.0f events/s beside the trickle.", r.round, r.troubleSize, float64(r.troubleSize)/r.troubleTime.Seconds())
+		}
+	}
+	p("\n\n#### Claim shapes\n\n")
+	p("A backlog written while one relay idles (COPY, `VACUUM ANALYZE`, then woken), drained to an in-memory sink; ordered, BatchSize 100, the MaxPerAggregate given. A claim's time is the drain's time over its claim transactions.\n\n")
+	p("| backlog | events | aggregates | MaxPerAggregate | events/s | claims | ms a claim |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	var lo, hi float64
+	for _, s := range shapes {
+		e := eps(s.events, s.res.Elapsed)
+		cycle := s.res.Elapsed / time.Duration(max(s.res.Stats.Claims, 1))
+		p("| %s | %d | %d | %d | %.0f | %d | %.2f |\n", s.what, s.events, s.aggregates, s.maxPer, e, s.res.Stats.Claims, ms(cycle))
+		if s.aggregates == 1 {
+			targets = append(targets, fmt.Sprintf("Isolation, MaxPerAggregate 1 on one aggregate's %d events ≥ %d events/s and ≤ %s a claim: %s — %.0f events/s, %.2f ms a claim.",
+				s.events, targetOneDeepRate, targetClaimCycle, benchreport.Met(e >= targetOneDeepRate && cycle <= targetClaimCycle), e, ms(cycle)))
+			continue
+		}
+		if lo == 0 || e < lo {
+			lo = e
+		}
+		hi = max(hi, e)
+	}
+	if lo > 0 {
+		targets = append(targets, fmt.Sprintf("Isolation, MaxPerAggregate 1, 10 and 200 over %d aggregates drain within %.0f × of each other: %s — fastest / slowest %.2f.",
+			b.o.aggregates, targetShapeSpread, benchreport.Met(hi/lo <= targetShapeSpread), hi/lo))
+	}
+	p("\n")
+	return partReport{md: md.String(), targets: targets}
+}
