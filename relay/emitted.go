@@ -210,7 +210,7 @@ func (b *batcher) publishEmittedNow(ctx context.Context, msgs []outbox.Message) 
 	}
 	started := time.Now()
 	p, running, err := b.publish(ctx, sent, nil) // as a by-seq batch's (batcher.run)
-	if err != nil { // the sink broke its contract: as down, nothing settled by it
+	if err != nil {                              // the sink broke its contract: as down, nothing settled by it
 		if running != nil {
 			running.cancel()
 			<-running.done
