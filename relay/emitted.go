@@ -209,8 +209,9 @@ func (b *batcher) publishEmittedNow(ctx context.Context, msgs []outbox.Message) 
 		sent[i].Seq = 0
 	}
 	started := time.Now()
-	p, running, err := b.publish(ctx, sent, nil) // as a by-seq batch's (batcher.run)
-	if err != nil {                              // the sink broke its contract: as down, nothing settled by it
+	// no cut: calls go on without the others only once one returned, as a by-seq batch's
+	p, running, err := b.publish(ctx, sent, nil)
+	if err != nil { // the sink broke its contract: as down, nothing settled by it
 		if running != nil {
 			running.cancel()
 			<-running.done
