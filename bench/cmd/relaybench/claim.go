@@ -22,6 +22,8 @@ const (
 	claimPending    = 1000
 	claimTrickle    = 5
 	claimTrickleLag = 1000
+	// claimFlood: pending rows of a flood the relay keeps up with (scenario e)
+	claimFlood = 200
 )
 
 // claimQuery is one statement to explain, with the literal arguments of its EXECUTE.
@@ -107,6 +109,15 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 		floor = max(floor-claimTrickleLag, 1)
 		return nil
 	}
+	// setFloor0 sets the floor at the lowest pending seq: a relay keeping up with a flood
+	// sealed it moments ago
+	setFloor0 := func(ctx context.Context) error {
+		if err := setFloor(ctx); err != nil {
+			return err
+		}
+		floor += claimTrickleLag
+		return nil
+	}
 	floorArg := "$floor"
 	scenarios := []claimScenario{
 		{"a", "empty table, analyzed", steps(exec("ANALYZE outbox.events")), []claimQuery{ordered(false), unordered}},
@@ -136,6 +147,20 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 			"c", fmt.Sprintf("%d retained published rows (written published) + %d pending, ANALYZE", n, claimPending),
 			steps(fill(n, true), fill(claimPending, false), exec("ANALYZE outbox.events", "CHECKPOINT")),
 			[]claimQuery{ordered(false), unordered},
+		},
+		{
+			"e", fmt.Sprintf("under a flood (the isolation part's): %d events of type flood over 1,000 aggregates written pending and marked published, on a fresh schema (no ANALYZE, no VACUUM), then %d of them pending over as many aggregates and %d of type quiet; the relay's default BatchSize 100, MaxPerAggregate 10, reading from the lowest pending row (its floor)", n, claimFlood, claimTrickle),
+			steps(exec(
+				"INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload) SELECT gen_random_uuid(), 'flood', 'flood-' || (g % 1000), 'flood.changed', '{}' FROM generate_series(1, "+strconv.Itoa(n)+") g",
+				"UPDATE outbox.events SET published_at = now(), attempts = attempts + 1 WHERE published_at IS NULL",
+				"INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload) SELECT gen_random_uuid(), 'flood', 'flood-' || g, 'flood.changed', '{}' FROM generate_series(1, "+strconv.Itoa(claimFlood)+") g",
+				"INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload) SELECT gen_random_uuid(), 'quiet', 'quiet-' || g, 'quiet.changed', '{}' FROM generate_series(1, "+strconv.Itoa(claimTrickle)+") g",
+				"CHECKPOINT"), setFloor0),
+			[]claimQuery{
+				{"ordered claim, defaults, floor", "claim_ordered", floorArg + ", 0, NULL, 100, 10, NULL, 1000, 16, NULL, NULL", true},
+				{"ordered claim, defaults, floor, 1 of 4 relays", "claim_ordered", floorArg + ", 0, '{0,1,2,3}'::int[], 100, 10, NULL, 1000, 16, NULL, NULL", true},
+				{"unordered claim, defaults, floor", "claim_unordered", floorArg + ", 0, 100", false},
+			},
 		},
 		{
 			"d", fmt.Sprintf("the drain's backlog: %d pending rows over %d aggregates, VACUUM ANALYZE", b.o.events, b.o.aggregates),

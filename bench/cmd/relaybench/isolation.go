@@ -25,6 +25,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/bench/internal/benchreport"
+	"github.com/outboxkit/outbox/outboxmigrate"
 	"github.com/outboxkit/outbox/relay"
 )
 
@@ -52,12 +53,16 @@ type isolationTrouble string
 const (
 	troubleNone  isolationTrouble = "none"  // the control
 	troubleFlood isolationTrouble = "flood" // a type flooding the table
+	// troubleFloodUnread: the same flood written into another outbox schema, which no
+	// relay reads: what the flood's writes alone cost the machine
+	troubleFloodUnread isolationTrouble = "flood unread"
 	troubleHot   isolationTrouble = "hot"   // one aggregate's deep backlog
 	troubleStall isolationTrouble = "stall" // the same, one of its messages held by the sink
 )
 
 // isolationCase is one run: a relay set-up, a trickle, and a trouble.
 type isolationCase struct {
+	key      string // names the scenario in -isolation-scenarios
 	scenario string // the scenario the case belongs to (its control shares it)
 	trouble  isolationTrouble
 	relays   int
@@ -78,18 +83,37 @@ func (b *bench) isolationScenarios() []isolationCase {
 	var out []isolationCase
 	for _, n := range []int{1, 4} {
 		sc := fmt.Sprintf("noisy neighbour, %d relay(s)", n)
-		quiet := isolationCase{scenario: sc, relays: n, trickleType: "quiet", trickleAggregates: 50, rate: 50}
-		for _, t := range []isolationTrouble{troubleNone, troubleFlood} {
+		quiet := isolationCase{key: fmt.Sprintf("flood%d", n), scenario: sc, relays: n, trickleType: "quiet", trickleAggregates: 50, rate: 50}
+		for _, t := range []isolationTrouble{troubleNone, troubleFloodUnread, troubleFlood} {
 			quiet.trouble = t
 			out = append(out, quiet)
 		}
 	}
-	small := isolationCase{scenario: "hot aggregate, slow publish", relays: 1, trickleType: "order", trickleAggregates: b.o.aggregates, rate: 200}
+	small := isolationCase{key: "hot", scenario: "hot aggregate, slow publish", relays: 1, trickleType: "order", trickleAggregates: b.o.aggregates, rate: 200}
 	for _, t := range []isolationTrouble{troubleNone, troubleHot, troubleStall} {
 		small.trouble = t
 		out = append(out, small)
 	}
-	return out
+	return slices.DeleteFunc(out, func(c isolationCase) bool { return !slices.Contains(b.o.isolationScenarios, c.key) })
+}
+
+// isolationScenarioKeys are the keys of -isolation-scenarios: the noisy neighbour with 1
+// and 4 relays, the hot aggregate and its stall, the claim shapes.
+var isolationScenarioKeys = []string{"flood1", "flood4", "hot", "shapes"}
+
+// isolationBases are the troubles a run of trouble t is compared with, in its scenario
+// and round: the control, and for the flood the same flood unread, for the stall the hot
+// aggregate without it.
+func isolationBases(t isolationTrouble) []isolationTrouble {
+	switch t {
+	case troubleFlood:
+		return []isolationTrouble{troubleNone, troubleFloodUnread}
+	case troubleFloodUnread, troubleHot:
+		return []isolationTrouble{troubleNone}
+	case troubleStall:
+		return []isolationTrouble{troubleHot, troubleNone}
+	}
+	return nil
 }
 
 // isolationResult is what one case measured.
@@ -122,9 +146,12 @@ func (b *bench) isolation(ctx context.Context) (partReport, error) {
 			results = append(results, res)
 		}
 	}
-	shapes, err := b.isolationShapes(ctx)
-	if err != nil {
-		return partReport{}, err
+	var shapes []shapeResult
+	if slices.Contains(b.o.isolationScenarios, "shapes") {
+		var err error
+		if shapes, err = b.isolationShapes(ctx); err != nil {
+			return partReport{}, err
+		}
 	}
 	return b.isolationReport(results, shapes), nil
 }
@@ -145,7 +172,8 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 	if c.trouble == troubleStall {
 		sink, hold = sinkRecordStall, b.o.isolationStall
 	}
-	child, err := startChild(ctx, childConfig{DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts})
+	child, err := startChild(ctx, childConfig{DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts,
+		Relay: relay.Config{ClaimCooldown: b.o.isolationCooldown}})
 	if err != nil {
 		return isolationResult{}, err
 	}
@@ -257,8 +285,34 @@ func (b *bench) isolationMeasure(ctx context.Context, c isolationCase, child *ch
 func (b *bench) trouble(ctx context.Context, t isolationTrouble, notifier *outbox.Notifier) (time.Time, int, error) {
 	began := time.Now()
 	switch t {
-	case troubleFlood:
+	case troubleFlood, troubleFloodUnread:
 		const perTx, writers = 100, 4
+		enqueue, wake := outbox.Enqueue, notifier.AfterCommit
+		if t == troubleFloodUnread {
+			schema := "outbox_unread"
+			if _, err := b.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+				return began, 0, fmt.Errorf("drop schema %s: %w", schema, err)
+			}
+			m, err := outboxmigrate.New(&outboxmigrate.Config{Schema: schema})
+			if err != nil {
+				return began, 0, err
+			}
+			if _, err := m.Migrate(ctx, b.pool); err != nil {
+				return began, 0, fmt.Errorf("migrate schema %s: %w", schema, err)
+			}
+			writer, err := outbox.NewWriter(&outbox.WriterConfig{Schema: schema})
+			if err != nil {
+				return began, 0, err
+			}
+			enqueue = writer.Enqueue
+			n, err := outbox.NewNotifier(b.pool, &outbox.NotifierConfig{Schema: schema})
+			if err != nil {
+				return began, 0, err
+			}
+			defer n.Close()
+			wake = n.AfterCommit
+		}
+		began = time.Now()
 		txs := b.o.isolationFlood / perTx
 		interval := b.o.isolationFloodTime / time.Duration(txs)
 		var next sync.Mutex
@@ -283,7 +337,7 @@ func (b *bench) trouble(ctx context.Context, t isolationTrouble, notifier *outbo
 					for j := range events {
 						events[j] = outbox.Event{AggregateType: "flood", AggregateID: fmt.Sprintf("flood-%d", (i*perTx+j)%1000), EventType: "flood.changed", Payload: []byte(`{"flood":true}`)}
 					}
-					if err := outbox.WithTx(gctx, b.pool, func(tx pgx.Tx) error { return outbox.Enqueue(gctx, outbox.PgxTx(tx), events...) }, notifier.AfterCommit); err != nil {
+					if err := outbox.WithTx(gctx, b.pool, func(tx pgx.Tx) error { return enqueue(gctx, outbox.PgxTx(tx), events...) }, wake); err != nil {
 						return fmt.Errorf("flood: %w", err)
 					}
 				}
@@ -310,6 +364,9 @@ func (b *bench) trouble(ctx context.Context, t isolationTrouble, notifier *outbo
 // waitTroubleDrained waits until no event of the trouble is pending and returns when it
 // saw that (a probe of events_pending_aggregate every 20 ms).
 func (b *bench) waitTroubleDrained(ctx context.Context, t isolationTrouble) (time.Time, error) {
+	if t == troubleFloodUnread {
+		return time.Now(), nil // written: nothing drains it
+	}
 	typ, id := "flood", ""
 	if t != troubleFlood {
 		typ, id = "order", "hot"
@@ -408,20 +465,21 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	ratios := map[string][]float64{}
 	var order []string
 	for _, r := range results {
-		ratio := ""
-		base := troubleNone
-		if r.c.trouble == troubleStall {
-			base = troubleHot
-		}
-		if ctl, ok := byKey[key{r.round, r.c.scenario, base}]; ok && r.c.trouble != troubleNone {
+		var cells []string
+		for _, base := range isolationBases(r.c.trouble) {
+			ctl, ok := byKey[key{r.round, r.c.scenario, base}]
+			if !ok {
+				continue
+			}
 			x := float64(percentile(r.during, 99)) / float64(percentile(ctl.during, 99))
-			ratio = fmt.Sprintf("%.2f", x)
+			cells = append(cells, fmt.Sprintf("%.2f (%s)", x, base))
 			name := fmt.Sprintf("%s, %s against %s", r.c.scenario, r.c.trouble, base)
 			if _, seen := ratios[name]; !seen {
 				order = append(order, name)
 			}
 			ratios[name] = append(ratios[name], x)
 		}
+		ratio := strings.Join(cells, ", ")
 		lasted := ""
 		if r.troubleTime > 0 {
 			lasted = fmt.Sprintf("%.2f s", r.troubleTime.Seconds())
@@ -432,6 +490,11 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	var targets []string
 	for _, name := range order {
 		m := medianFloat(ratios[name])
+		if strings.Contains(name, string(troubleFloodUnread)) {
+			// not a target: what the machine's load does to the trickle
+			p("\nNoisy neighbour, %s: the trickle's p99 during the flood is %.2f × its p99 during the same flood written where no relay reads it (median of %d rounds: %s): the relay's own share of the slow-down.", name, m, len(ratios[name]), joinFloats(ratios[name], "%.2f"))
+			continue
+		}
 		targets = append(targets, fmt.Sprintf("Isolation, %s: trickle p99 during the trouble ≤ %.0f × (median of %d rounds): %s — %.2f × (rounds: %s).",
 			name, targetTroubleP99, len(ratios[name]), benchreport.Met(m <= targetTroubleP99), m, joinFloats(ratios[name], "%.2f")))
 	}

@@ -87,11 +87,13 @@ type options struct {
 	claimRows int
 	sqlDir    string
 
+	isolationScenarios []string      // isolation: the scenarios to run
 	isolationRounds    int           // isolation: rounds of every scenario
 	isolationFlood     int           // isolation: events of the flooding type
 	isolationFloodTime time.Duration // isolation: how long the flood takes to write
 	isolationHot       int           // isolation: events of the hot aggregate (and of the one-aggregate drain)
 	isolationStall     time.Duration // isolation: how long the sink holds the stalled message
+	isolationCooldown  time.Duration // isolation: the relays' ClaimCooldown (0: the default)
 
 	cdcPoll     time.Duration // cdc: the PollInterval of the relay beside the Source
 	cdcWriters  int           // cdc: the burst's producer connections
@@ -130,11 +132,13 @@ func main() {
 	flag.IntVar(&o.writerClients, "writer-clients", 32, "writer: concurrent clients")
 	flag.IntVar(&o.writerRuns, "writer-runs", 5, "writer: interleaved runs per wake-up path; the median is reported")
 	flag.DurationVar(&o.writerDuration, "writer-duration", 5*time.Second, "writer: length of one run")
+	isolationScenarios := flag.String("isolation-scenarios", strings.Join(isolationScenarioKeys, ","), "isolation: scenarios to run, comma-separated, of "+strings.Join(isolationScenarioKeys, ", "))
 	flag.IntVar(&o.isolationRounds, "isolation-rounds", 3, "isolation: rounds of every scenario (control and troubled runs); ratios are judged on their median")
 	flag.IntVar(&o.isolationFlood, "isolation-flood", 100_000, "isolation: events of the flooding type")
 	flag.DurationVar(&o.isolationFloodTime, "isolation-flood-time", 8*time.Second, "isolation: how long the flood takes to write")
 	flag.IntVar(&o.isolationHot, "isolation-hot", 10_000, "isolation: events of the hot aggregate, and of the one-aggregate drain at MaxPerAggregate 1")
 	flag.DurationVar(&o.isolationStall, "isolation-stall", 2*time.Second, "isolation: how long the sink holds the stalled message")
+	flag.DurationVar(&o.isolationCooldown, "isolation-cooldown", 0, "isolation: the relays' ClaimCooldown (0: the default; negative: none)")
 	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "claim: published rows behind the pending ones")
 	flag.DurationVar(&o.cdcPoll, "cdc-poll-interval", 30*time.Second, "cdc: PollInterval of the relay beside the cdc.Source (WakeupPoll): when its polling claims take up what CDC left")
 	flag.IntVar(&o.cdcWriters, "cdc-writers", 4, "cdc: connections the burst's producer writes on")
@@ -144,6 +148,12 @@ func main() {
 
 	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseModes(*modes, &o.modes), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates), parsePeers(*peers, &o.peers))
 	o.latencyPaths = strings.Split(*latencyPaths, ",")
+	o.isolationScenarios = strings.Split(*isolationScenarios, ",")
+	for _, k := range o.isolationScenarios {
+		if !slices.Contains(isolationScenarioKeys, k) {
+			err = errors.Join(err, fmt.Errorf("-isolation-scenarios: no scenario %q (scenarios: %s)", k, strings.Join(isolationScenarioKeys, ", ")))
+		}
+	}
 	for f := range strings.SplitSeq(*cooldowns, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
