@@ -45,7 +45,7 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 	if err != nil {
 		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	var saw seen
+	saw := seen{ordered: b.cfg.Mode == Ordered}
 	read, err := b.readClaimed(rows, q.capacity, &saw)
 	if err != nil {
 		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
@@ -60,7 +60,9 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 	c.full = len(read.msgs) >= q.capacity
 	if b.cfg.Mode == Ordered {
 		scope.rotation.advance(read.msgs)
-		c.full = c.full || b.cut(read.msgs, q.heads, q.capacity)
+		scope.rotation.share(read.msgs, saw.sharesFull, q.heads, b.cfg.TypeWeights)
+		// a type that filled its share may have more waiting: not caught up
+		c.full = c.full || len(saw.sharesFull) > 0 || b.cut(read.msgs, q.heads, q.capacity)
 	}
 	return c, nil
 }
@@ -103,14 +105,14 @@ func (b *batcher) claimQuery(scope claimScope, fa floorArgs) claimQuery {
 		return claimQuery{unordered: &unorderedClaim{Floor: fa.floor, Replays: fa.replays, BatchSize: batchSize}, capacity: batchSize}
 	}
 	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
-	types, ids := scope.rotation.args()
 	heads := min(batchSize, maxEvents)
+	types, ids, limitTypes, limits := scope.rotation.args(heads)
 	return claimQuery{
 		heads: heads,
 		ordered: &orderedClaim{
 			Floor: fa.floor, Replays: fa.replays, Scope: scope.parts, Heads: heads, MaxPerAggregate: b.cfg.MaxPerAggregate,
 			PublishPastDead: b.cfg.PublishPastDead, MaxEvents: maxEvents, Partitions: b.cfg.Partitions,
-			CursorTypes: types, CursorIDs: ids,
+			CursorTypes: types, CursorIDs: ids, LimitTypes: limitTypes, Limits: limits,
 		},
 		capacity: maxEvents,
 	}
@@ -137,6 +139,8 @@ type orderedClaim struct {
 	Partitions      int      `sql:"partitions"`
 	CursorTypes     []string `sql:"cursor_types"`
 	CursorIDs       []string `sql:"cursor_ids"`
+	LimitTypes      []string `sql:"limit_types"`
+	Limits          []int    `sql:"limits"`
 }
 
 // claimStatement is a claim-shaped statement (a claim, or the poison search, which
@@ -204,6 +208,9 @@ func (b *batcher) readClaimed(rows pgx.Rows, capacity int, saw *seen) (readRows,
 		}
 		if saw != nil {
 			dst = append(dst, &minPending, &saw.xmin, &saw.xmax, &saw.replays, &due)
+			if saw.ordered {
+				dst = append(dst, &saw.sharesFull)
+			}
 		}
 		if err := rows.Scan(dst...); err != nil {
 			return out, &readError{err}

@@ -152,6 +152,13 @@ type Config struct {
 	// their aggregate: later events are published past the hole. Default: none — a dead
 	// event holds its aggregate until it is replayed or discarded.
 	PublishPastDead []string
+	// TypeWeights weighs the aggregate types' shares of an ordered claim's heads (its
+	// BatchSize): while several types have more claimable aggregates than their share, a
+	// type of weight 3 gets three times the heads of a type of weight 1. Types not named
+	// weigh 1. Whatever the weights, every type with a claimable aggregate gets at least
+	// one head per claim, and a share a type leaves unused goes to the types that need it
+	// (ADR 0034). Default: none, every type weighs 1 (equal shares).
+	TypeWeights map[string]int
 	// BreakerMinAggregates: a batch in which nothing succeeded and failures span at
 	// least this many distinct aggregates means the sink is down (as does any error
 	// wrapped with outbox.Unavailable). Default [DefaultBreakerMinAggregates] (3).
@@ -275,6 +282,9 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.Concurrency >= 0 && cfg.Concurrency <= maxWorkers, "Concurrency must be between 1 and 64 (or 0: the default), got %d", cfg.Concurrency)
 	check(cfg.SlowPublish > 0, "SlowPublish must be positive, got %s", cfg.SlowPublish)
 	check(cfg.PublishCalls >= 1 && cfg.PublishCalls <= 1024, "PublishCalls must be between 1 and 1024, got %d", cfg.PublishCalls)
+	for t, w := range cfg.TypeWeights {
+		check(t != "" && w >= 1 && w <= maxBatchSize, "TypeWeights must map aggregate types to weights between 1 and %d, got %q: %d", maxBatchSize, t, w)
+	}
 	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)
 	check(cfg.RetryBaseDelay > 0, "RetryBaseDelay must be positive, got %s", cfg.RetryBaseDelay)
 	check(cfg.RetryMaxDelay >= cfg.RetryBaseDelay, "RetryMaxDelay (%s) must be at least RetryBaseDelay (%s)", cfg.RetryMaxDelay, cfg.RetryBaseDelay)

@@ -87,11 +87,11 @@ func TestOrderedClaimSharesHeadsFairly(t *testing.T) {
 			}
 			defer rows.Close()
 			for rows.Next() {
-				var seq int64
-				if err := rows.Scan(&seq, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil); err != nil {
+				values, err := rows.Values() // the seq first: the other columns are the relay's
+				if err != nil {
 					return err
 				}
-				seqs = append(seqs, seq)
+				seqs = append(seqs, values[0].(int64))
 			}
 			if err := rows.Err(); err != nil {
 				return err
@@ -234,5 +234,49 @@ func TestOrderedClaimSharesHeadsFairly(t *testing.T) {
 			checkShares(t)
 			checkRotation(t)
 		})
+	}
+}
+
+// When the types' limits add up to more than the claim's heads, the claim cuts turn by
+// turn — each type's oldest candidate, then each one's second — not oldest first: a type
+// whose one head is newer than all of a backlog's still gets its turn. (Cut oldest first,
+// a trickle beside a flood whose limit was the whole claim was left out of every claim,
+// and so never given a limit of its own: starved until the flood was drained.)
+func TestOrderedClaimCutsTurnByTurn(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type)
+		SELECT gen_random_uuid(), 'flood', 'f' || g, 'x' FROM generate_series(1, 100) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) VALUES (gen_random_uuid(), 'quiet', 'q', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]int{}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		sql, args := relay.OrderedClaimSQL("claim_ordered", relay.OrderedClaimArgs{
+			Heads: 10, MaxPerAggregate: 1, MaxEvents: 10, Partitions: 16,
+			LimitTypes: []string{"flood"}, Limits: []int{10}, // quiet: the equal share, 5
+		})
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			values, err := rows.Values()
+			if err != nil {
+				return err
+			}
+			types[values[2].(string)]++ // aggregate_type
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if types["quiet"] != 1 || types["flood"] != 9 {
+		t.Fatalf("claimed %v, want flood 9 and quiet 1", types)
 	}
 }

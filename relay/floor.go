@@ -28,6 +28,10 @@ const (
 type seen struct {
 	minPending, xmin, xmax, replays int64
 	due                             time.Duration
+	// ordered: the claim is a polling ordered claim, whose last column, read into
+	// sharesFull, names the aggregate types that filled their share of its heads
+	ordered    bool
+	sharesFull []string
 }
 
 // floorArgs are claim_floor.sql's parameters for one statement, as floor.args gave them.

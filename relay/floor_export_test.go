@@ -52,6 +52,8 @@ type OrderedClaimArgs struct {
 	MaxEvents, Partitions  int
 	CursorTypes            []string
 	CursorIDs              []string
+	LimitTypes             []string
+	Limits                 []int
 }
 
 // OrderedClaimSQL returns the ordered claim statement name (claim_ordered or
@@ -62,5 +64,6 @@ func OrderedClaimSQL(name string, a OrderedClaimArgs) (string, []any) {
 	return s.sql, s.args(claimQuery{ordered: &orderedClaim{
 		Scope: a.Scope, Heads: a.Heads, MaxPerAggregate: a.MaxPerAggregate, PublishPastDead: a.PublishPastDead,
 		MaxEvents: a.MaxEvents, Partitions: a.Partitions, CursorTypes: a.CursorTypes, CursorIDs: a.CursorIDs,
+		LimitTypes: a.LimitTypes, Limits: a.Limits,
 	}})
 }

@@ -154,6 +154,35 @@ func TestSlowCallAloneInItsBatchHoldsOnlyItsAggregate(t *testing.T) {
 	})
 }
 
+// Calls a batch went on without settle as they return: one back a moment after the
+// batch went on does not wait for one that hangs. The batch of the relay's one worker
+// holds aggregate "quick" (its call takes 150 ms, past SlowPublish) and "hang" (held
+// until the test releases it); both calls are left in flight, and quick's next event is
+// delivered while hang's call still runs.
+func TestLateCallsSettleAsTheyReturn(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, []string{"quick", "hang"}, 1)
+	release := make(chan struct{})
+	sink := &memsink.Sink{FailFunc: func(m outbox.Message) error {
+		switch {
+		case m.AggregateID == "quick" && m.AggregateVersion == 1:
+			time.Sleep(150 * time.Millisecond) //nolint:forbidigo // the call's own time is the test's input
+		case m.AggregateID == "hang":
+			<-release
+		}
+		return nil
+	}}
+	cfg := fastConfig()
+	cfg.Concurrency, cfg.BatchTimeout = 1, 20*time.Second
+	start(t, newRelay(t, pool, sink, cfg))
+	waitSQL(t, pool, 10*time.Second, 1, `SELECT count(*) FROM outbox.events WHERE aggregate_id = 'quick' AND published_at IS NOT NULL`)
+	enqueueVersions(t, pool, []string{"quick"}, 2, 2)
+	waitDelivered(t, sink, "quick", 2, 10*time.Second, "quick's next event waits for the hung call of its batch")
+	close(release)
+	waitSQL(t, pool, 10*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
+}
+
 // hangingSink hangs every call until its context ends while hang is set, and publishes
 // through its memsink otherwise.
 type hangingSink struct {
@@ -295,4 +324,110 @@ func TestOneEventPerClaimDoesNotWalkTheBacklog(t *testing.T) {
 	waitSQL(t, pool, 20*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
 	t.Logf("2,000 events, one per claim, in %s (%.0f events/s)", time.Since(began).Round(time.Millisecond), 2000/time.Since(began).Seconds())
 	checkOrder(t, sink.Messages())
+}
+
+// A claim that one type's share cut short is not a relay that has caught up: a backlog
+// of 2,000 single-event aggregates of one type, beside one event of another, drains
+// without waiting for a wake-up or a poll (both an hour away here). A claim that took
+// its share of one type and the other type's one head used to count as "took what
+// there was", and the worker waited for the next wake-up with the backlog still there.
+func TestClaimCutByTypeSharesIsNotCaughtUp(t *testing.T) {
+	t.Parallel()
+	inBothModes(t, func(t *testing.T, mode relay.Mode) {
+		if mode == relay.Unordered {
+			t.Skip("type shares are the ordered claim's")
+		}
+		pool := pgtest.Pool(t)
+		ctx := context.Background()
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type)
+			SELECT gen_random_uuid(), 'flood', 'f' || g, 'flood.x' FROM generate_series(1, 2000) g`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) VALUES (gen_random_uuid(), 'quiet', 'q', 'quiet.x')`); err != nil {
+			t.Fatal(err)
+		}
+		cfg := fastConfig()
+		cfg.Mode = mode
+		cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+		sink := &memsink.Sink{}
+		start(t, newRelay(t, pool, sink, cfg))
+		waitSQL(t, pool, 20*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
+	})
+}
+
+// callsSink publishes through its memsink and records, per Publish call, how many
+// distinct aggregates of each type it held.
+type callsSink struct {
+	memsink.Sink
+	mu    sync.Mutex
+	calls []map[string]int
+}
+
+func (s *callsSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	heads := map[string]int{}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if k := m.AggregateType + "/" + m.AggregateID; !seen[k] {
+			seen[k] = true
+			heads[m.AggregateType]++
+		}
+	}
+	s.mu.Lock()
+	s.calls = append(s.calls, heads)
+	s.mu.Unlock()
+	return s.Sink.Publish(ctx, msgs)
+}
+
+// A type's share of a claim's heads follows what the types need and their weights:
+// a type that needs one head leaves the rest of its share to a flooding one (claims of
+// 100 heads, not 51), and two flooding types split the heads 3 to 1 when one weighs 3.
+func TestTypeSharesFollowNeedAndWeights(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, weights map[string]int, fill ...string) []map[string]int {
+		pool := pgtest.Pool(t)
+		for _, q := range fill {
+			if _, err := pool.Exec(context.Background(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg := fastConfig()
+		cfg.Concurrency, cfg.PublishCalls, cfg.TypeWeights = 1, 1, weights // one batch at a time, one call each
+		sink := &callsSink{}
+		start(t, newRelay(t, pool, sink, cfg))
+		waitSQL(t, pool, 30*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return slices.Clone(sink.calls)
+	}
+	t.Run("need", func(t *testing.T) {
+		t.Parallel()
+		calls := run(t, nil,
+			`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) SELECT gen_random_uuid(), 'flood', 'f' || g, 'x' FROM generate_series(1, 1000) g`,
+			`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) SELECT gen_random_uuid(), 'quiet', 'q', 'x' FROM generate_series(1, 300) g`)
+		// The batches while both types wait, after the first (equal shares: 50 + 1).
+		var both []int
+		for _, c := range calls[1:] {
+			if c["flood"] > 0 && c["quiet"] > 0 {
+				both = append(both, c["flood"]+c["quiet"])
+			}
+		}
+		// (the last of them holds what was left of the flood)
+		if len(both) < 3 || slices.Min(both[:len(both)-1]) < 90 {
+			t.Fatalf("batches holding both types had %v heads (want 90 or more from the second on): %v", both, calls)
+		}
+	})
+	t.Run("weights", func(t *testing.T) {
+		t.Parallel()
+		calls := run(t, map[string]int{"pay": 3},
+			`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) SELECT gen_random_uuid(), CASE WHEN g % 2 = 0 THEN 'pay' ELSE 'mail' END, 'a' || g, 'x' FROM generate_series(1, 2000) g`)
+		pay, mail := 0, 0
+		for _, c := range calls[1:] {
+			if c["pay"] > 0 && c["mail"] > 0 {
+				pay, mail = pay+c["pay"], mail+c["mail"]
+			}
+		}
+		if mail == 0 || float64(pay)/float64(mail) < 2.5 || float64(pay)/float64(mail) > 3.5 {
+			t.Fatalf("pay %d heads, mail %d while both waited (want 3 to 1): %v", pay, mail, calls)
+		}
+	})
 }

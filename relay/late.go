@@ -50,26 +50,59 @@ func (p published) without(msgs []outbox.Message, skip []int) ([]outbox.Message,
 }
 
 // settleLate waits for the Publish calls a batch went on without and settles their
-// messages in a transaction of their own (settle_late.sql): each by what its call said,
+// messages in transactions of their own (settle_late.sql), each by what its call said,
 // classified as a batch's are, but never as an outage (the batch decided that, without
-// them) — unless none of the batch's calls had returned (inFlight.whole). In ordered mode it checks the batch's leases first: if one moved on, it changes
-// nothing, and the rows become claimable when their hold runs out (the new owner
-// publishes them again). It changes only rows still held at h.until.
+// them) — unless none of the batch's calls had returned (inFlight.whole). Calls settle
+// as they return: with the first call back, those that return soon after it (within
+// four times as long as it took after the batch went on, at most SlowPublish), so a call
+// that is late only by a moment does not wait for one that hangs. In ordered mode it
+// checks the batch's leases first: if one moved on, it changes nothing, and the rows
+// become claimable when their hold runs out (the new owner publishes them again). It
+// changes only rows still held at h.until.
 func (b *batcher) settleLate(ctx context.Context, h heldRows) {
-	<-h.running.done
-	h.running.cancel()
-	if h.running.err != nil {
-		b.log.WarnContext(ctx, "late publish", slog.Any("error", h.running.err))
-		return // a sink that broke its contract: the rows stay held until h.until, then go again
+	defer h.running.cancel()
+	wentOn := time.Now()
+	for left := h.running.calls; left > 0; {
+		group := []callReturn{<-h.running.returned}
+		left--
+		wait := time.NewTimer(min(b.cfg.SlowPublish, 4*time.Since(wentOn)))
+	gather:
+		for left > 0 {
+			select {
+			case r := <-h.running.returned:
+				group = append(group, r)
+				left--
+			case <-wait.C:
+				break gather
+			}
+		}
+		wait.Stop()
+		var idx []int
+		for _, r := range group {
+			if r.err != nil {
+				b.log.WarnContext(ctx, "late publish", slog.Any("error", r.err))
+				continue // a sink that broke its contract: the rows stay held until h.until, then go again
+			}
+			idx = append(idx, r.msgs...)
+		}
+		if len(idx) > 0 {
+			b.settleLateCalls(ctx, h, idx)
+		}
 	}
+}
+
+// settleLateCalls settles the messages of h at indexes idx, whose calls have returned.
+func (b *batcher) settleLateCalls(ctx context.Context, h heldRows, idx []int) {
 	var msgs []outbox.Message
 	var p published
-	for _, i := range h.running.msgs {
+	for _, i := range idx {
 		msgs = append(msgs, h.msgs[i])
 		p.errs, p.late, p.call = append(p.errs, h.p.errs[i]), append(p.late, h.p.late[i]), append(p.call, h.p.call[i])
 	}
-	out := b.decide(msgs, p, failures(msgs, p))
-	if h.running.whole {
+	var out settlement
+	if !h.running.whole {
+		out = b.decide(msgs, p, failures(msgs, p))
+	} else {
 		// No call of the batch had returned: nothing showed the sink up, so their
 		// results are judged as a batch's. Found down, the rows go back untouched (no
 		// attempt counted) and the breaker opens.

@@ -58,7 +58,9 @@ func TestBatchEndingWithoutItsSlowCallsEndsThemFirst(t *testing.T) {
 	enqueue(t, pool, []string{"down", "slow"}, 1)
 	sink := &overlapSink{}
 	cfg := fastConfig()
-	cfg.SlowPublish = 10 * time.Millisecond
+	// long enough that the down call has always returned by then (else the batch goes on
+	// without both calls, ADR 0033, and the slow one is held for its whole budget)
+	cfg.SlowPublish = 200 * time.Millisecond
 	cfg.BatchTimeout = 10 * time.Second // a held call would outlive many claims
 	cfg.BreakerInitialDelay, cfg.BreakerMaxDelay = 20*time.Millisecond, 20*time.Millisecond
 	start(t, newRelay(t, pool, sink, cfg))

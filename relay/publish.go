@@ -95,24 +95,30 @@ func (b *batcher) publish(ctx context.Context, msgs []outbox.Message, cut *atomi
 			if n == 0 {
 				whole = cut
 			}
-			f := &inFlight{done: make(chan struct{}), cancel: cancel, whole: whole != nil}
-			for c, idx := range calls {
-				if returned[c] {
-					continue
-				}
-				if idx == nil { // the one call: every message
-					for i := range msgs {
-						f.msgs = append(f.msgs, i)
-					}
-				}
-				f.msgs = append(f.msgs, idx...)
-			}
 			pending := len(calls) - n
+			f := &inFlight{done: make(chan struct{}), cancel: cancel, whole: whole != nil, calls: pending, returned: make(chan callReturn, pending)}
+			messagesOf := func(c int) []int {
+				if calls[c] != nil {
+					return calls[c]
+				}
+				all := make([]int, len(msgs)) // the one call: every message
+				for i := range all {
+					all[i] = i
+				}
+				return all
+			}
+			for c := range calls {
+				if !returned[c] {
+					f.msgs = append(f.msgs, messagesOf(c)...)
+				}
+			}
 			go func() {
 				for range pending {
-					if r := <-finished; r.err != nil {
+					r := <-finished
+					if r.err != nil {
 						f.err = r.err
 					}
+					f.returned <- callReturn{messagesOf(r.call), r.err}
 				}
 				if whole != nil {
 					whole.Store(false)
@@ -136,6 +142,16 @@ type inFlight struct {
 	// whole: no call of the batch had returned, so the batch did not find the sink up:
 	// their results may still show it down (settleLate classifies them as a batch's)
 	whole bool
+	// calls is how many calls there are; returned receives each one as it returns
+	calls    int
+	returned chan callReturn
+}
+
+// callReturn is a Publish call that returned after its batch went on without it: the
+// indexes, in the batch, of its messages, and its contract error.
+type callReturn struct {
+	msgs []int
+	err  error
 }
 
 // callTimes keeps how long the sink's Publish calls usually take: a moving average of

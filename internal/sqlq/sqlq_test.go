@@ -19,7 +19,7 @@ func TestIncludesExpanded(t *testing.T) {
 		}
 	}
 	q := Query("claim_ordered_delete", `"outbox"`)
-	if !strings.Contains(q, `bound AS MATERIALIZED`) || !strings.Contains(q, `claimed AS MATERIALIZED`) || !strings.HasSuffix(strings.TrimSpace(q), "(SELECT after FROM due)") {
+	if !strings.Contains(q, `bound AS MATERIALIZED`) || !strings.Contains(q, `claimed AS MATERIALIZED`) || !strings.HasSuffix(strings.TrimSpace(q), "(SELECT types FROM shares_full)") {
 		t.Fatalf("claim_ordered_delete does not hold the shared part and its own end:\n%s", q)
 	}
 }

@@ -49,6 +49,9 @@ type relayShape struct {
 	jitOff                     bool // the relays' sessions run with jit = off
 	cold                       bool // the relays start after the backlog is written, all at once
 	aggregates                 int  // the backlog's aggregates; 0: -aggregates
+	// beside: events of one aggregate of another type ("other") written after the
+	// backlog, drained with it
+	beside int
 }
 
 // drainShapes are the configurations of the main drain table.
@@ -124,7 +127,7 @@ func (b *bench) relayDrain(ctx context.Context, s relayShape, ret relay.Retentio
 	}
 	c, err := startChild(ctx, childConfig{
 		DSN: b.o.dsn, DB: b.o.database, Instances: s.instances, Relay: cfg, JITOff: s.jitOff, Cold: s.cold,
-		Sink: sink, Latency: latency, Expect: int64(events), CheckOrder: cfg.Mode == relay.Ordered,
+		Sink: sink, Latency: latency, Expect: int64(events + s.beside), CheckOrder: cfg.Mode == relay.Ordered,
 	})
 	if err != nil {
 		return childResult{}, err
@@ -136,6 +139,10 @@ func (b *bench) relayDrain(ctx context.Context, s relayShape, ret relay.Retentio
 		}
 		if err := benchdb.Fill(ctx, b.pool, events, aggregates, false); err != nil {
 			return childResult{}, err
+		}
+		if _, err := b.pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload)
+			SELECT gen_random_uuid(), 'other', 'other', 'other.changed', '{}' FROM generate_series(1, $1::int)`, s.beside); err != nil {
+			return childResult{}, fmt.Errorf("another type's backlog: %w", err)
 		}
 		if err := benchdb.Settle(ctx, b.pool); err != nil {
 			return childResult{}, err
@@ -152,7 +159,7 @@ func (b *bench) relayDrain(ctx context.Context, s relayShape, ret relay.Retentio
 	if res.OrderViolations > 0 {
 		return res, fmt.Errorf("%d per-aggregate order violations", res.OrderViolations)
 	}
-	return res, b.checkDrained(ctx, cfg.Retention.Mode == relay.DeleteOnPublish, events)
+	return res, b.checkDrained(ctx, cfg.Retention.Mode == relay.DeleteOnPublish, events+s.beside)
 }
 
 // resetForRelay migrates a fresh schema and records the relays' mode in relay_config

@@ -415,6 +415,7 @@ func (b *bench) waitNonePending(ctx context.Context) error {
 type shapeResult struct {
 	what                       string
 	events, aggregates, maxPer int
+	beside                     int // events of another type's one aggregate, drained with them
 	res                        childResult
 }
 
@@ -426,15 +427,18 @@ func (b *bench) isolationShapes(ctx context.Context) ([]shapeResult, error) {
 	for _, m := range []int{1, 10, 200} {
 		runs = append(runs, shapeResult{what: "many aggregates", events: b.o.scaleEvents, aggregates: b.o.aggregates, maxPer: m})
 	}
+	// the same beside one aggregate of another type with a backlog of its own: it needs
+	// one head of each claim, and leaves the rest of its share to the many (ADR 0034)
+	runs = append(runs, shapeResult{what: "many aggregates, beside another type's one", events: b.o.scaleEvents, aggregates: b.o.aggregates, maxPer: 10, beside: b.o.scaleEvents / 10})
 	for i, r := range runs {
-		s := relayShape{mode: relay.Ordered, instances: 1, batchSize: 100, maxPerAggregate: r.maxPer, aggregates: r.aggregates}
+		s := relayShape{mode: relay.Ordered, instances: 1, batchSize: 100, maxPerAggregate: r.maxPer, aggregates: r.aggregates, beside: r.beside}
 		res, err := b.relayDrain(ctx, s, relay.KeepThenDelete, r.events, sinkMem, 0)
 		if err != nil {
 			return nil, fmt.Errorf("claim shape %s: %w", s, err)
 		}
 		runs[i].res = res
-		fmt.Fprintf(os.Stderr, "isolation shape %-16s %6d events, %4d aggregates, MaxPerAggregate %3d: %8.0f events/s, %5d claims, %.2f ms a claim\n",
-			r.what, r.events, r.aggregates, r.maxPer, eps(r.events, res.Elapsed), res.Stats.Claims, ms(res.Elapsed)/float64(max(res.Stats.Claims, 1)))
+		fmt.Fprintf(os.Stderr, "isolation shape %-42s %6d events, %4d aggregates, MaxPerAggregate %3d: %8.0f events/s, %5d claims, %.2f ms a claim\n",
+			r.what, r.events+r.beside, r.aggregates, r.maxPer, eps(r.events+r.beside, res.Elapsed), res.Stats.Claims, ms(res.Elapsed)/float64(max(res.Stats.Claims, 1)))
 	}
 	return runs, nil
 }
@@ -508,9 +512,12 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	p("| backlog | events | aggregates | MaxPerAggregate | events/s | claims | ms a claim |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	var lo, hi float64
 	for _, s := range shapes {
-		e := eps(s.events, s.res.Elapsed)
+		e := eps(s.events+s.beside, s.res.Elapsed)
 		cycle := s.res.Elapsed / time.Duration(max(s.res.Stats.Claims, 1))
-		p("| %s | %d | %d | %d | %.0f | %d | %.2f |\n", s.what, s.events, s.aggregates, s.maxPer, e, s.res.Stats.Claims, ms(cycle))
+		p("| %s | %d | %d | %d | %.0f | %d | %.2f |\n", s.what, s.events+s.beside, s.aggregates+min(s.beside, 1), s.maxPer, e, s.res.Stats.Claims, ms(cycle))
+		if s.beside > 0 {
+			continue // not one of the MaxPerAggregate shapes the target compares
+		}
 		if s.aggregates == 1 {
 			targets = append(targets, fmt.Sprintf("Isolation, MaxPerAggregate 1 on one aggregate's %d events ≥ %d events/s and ≤ %s a claim: %s — %.0f events/s, %.2f ms a claim.",
 				s.events, targetOneDeepRate, targetClaimCycle, benchreport.Met(e >= targetOneDeepRate && cycle <= targetClaimCycle), e, ms(cycle)))

@@ -20,7 +20,11 @@
 --     however large @heads × @max_per_aggregate;
 --   @cursor_types, @cursor_ids: where the last claim stopped in each aggregate type
 --     (text[] of types, text[] of aggregate ids; a type not named starts at its first
---     aggregate): the rotation's cursors, kept by the relay (relay/heads.go).
+--     aggregate): the rotation's cursors, kept by the relay (relay/heads.go);
+--   @limit_types, @limits: the most heads of each of these types the claim takes
+--     (text[], int[]; a type not named gets the equal share): the relay sets them from
+--     its last claim (relay/heads.go), giving a type the share another left unused, in
+--     proportion to Config.TypeWeights.
 --
 -- A row may be published only when it is its aggregate's head: the first pending row of
 -- the aggregate, not held by an earlier dead row. When at most 64 rows are pending from
@@ -30,7 +34,8 @@
 -- entry past an aggregate's key is the next aggregate's head, costs one index descent
 -- per aggregate however deep its backlog. Heads are shared fairly:
 --   - across aggregate types: each type with a pending row gets an equal share of the
---     @heads heads (at least one), so a type flooding the table cannot hold a quiet one back;
+--     @heads heads (at least one), or the limit the relay gives it, so a type flooding the
+--     table cannot hold a quiet one back; shares_full names the types that filled theirs;
 --   - within a type, by rotation: its aggregates are read in key order from where the
 --     last claim stopped (then from the first, round the end), so every aggregate gets
 --     its turn however many there are, and a hot aggregate takes one head at a time.
@@ -78,18 +83,12 @@ near AS MATERIALIZED (
     SELECT greatest(1, @heads::int / greatest(CASE WHEN (SELECT ok FROM few)
         THEN (SELECT count(DISTINCT n.aggregate_type) FROM near n WHERE NOT n.aggregate_type = ANY((SELECT types FROM paused)::text[]))
         ELSE (SELECT count(*) FROM types t WHERE NOT t.aggregate_type = ANY((SELECT types FROM paused)::text[])) END, 1)) AS heads
-), heads AS MATERIALIZED (
-SELECT c.*,
-    -- the first later dead event that holds the aggregate, if any: its followers stop
-    -- there (one probe of events_held per head, not one per follower)
-    CASE WHEN NOT c.aggregate_type = ANY(coalesce(@publish_past_dead::text[], '{}')) THEN (
-        SELECT d.seq FROM {{schema}}.events d
-        WHERE d.aggregate_type = c.aggregate_type AND d.aggregate_id = c.aggregate_id
-          AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > c.seq
-        ORDER BY d.aggregate_type, d.aggregate_id, d.seq
-        LIMIT 1) END AS hold
-FROM (
- SELECT u.* FROM (
+), limits AS MATERIALIZED (
+    -- the types the relay gives a limit of their own (their share of @heads as it sees
+    -- it); the others get share's
+    SELECT l.t, l.n FROM unnest(@limit_types::text[], @limits::int[]) AS l(t, n)
+), candidates AS MATERIALIZED (
+  -- each type's claimable heads, up to its limit
   SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id
   FROM types ty
   CROSS JOIN LATERAL (
@@ -147,7 +146,7 @@ FROM (
           WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id
             AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < a.seq
           LIMIT 1) IS NULL)
-    LIMIT (SELECT heads FROM share)
+    LIMIT coalesce((SELECT l.n FROM limits l WHERE l.t = ty.aggregate_type), (SELECT heads FROM share))
   ) h
   -- a paused type is not read at all, nor anything when everything is paused
   WHERE NOT ty.aggregate_type = ANY((SELECT types FROM paused)::text[]) AND NOT (SELECT everything FROM paused)
@@ -186,11 +185,31 @@ FROM (
              AND b.published_at IS NULL AND b.dead_at IS NULL AND b.seq < a.seq
            LIMIT 1) IS NULL
   ) s
-  WHERE s.turn <= (SELECT heads FROM share)
- ) u
- ORDER BY u.seq
- LIMIT @heads
-) c
+  WHERE s.turn <= coalesce((SELECT l.n FROM limits l WHERE l.t = s.aggregate_type), (SELECT heads FROM share))
+), heads AS MATERIALIZED (
+SELECT c.*,
+    -- the first later dead event that holds the aggregate, if any: its followers stop
+    -- there (one probe of events_held per head, not one per follower)
+    CASE WHEN NOT c.aggregate_type = ANY(coalesce(@publish_past_dead::text[], '{}')) THEN (
+        SELECT d.seq FROM {{schema}}.events d
+        WHERE d.aggregate_type = c.aggregate_type AND d.aggregate_id = c.aggregate_id
+          AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > c.seq
+        ORDER BY d.aggregate_type, d.aggregate_id, d.seq
+        LIMIT 1) END AS hold
+-- cut at @heads turn by turn (each type's oldest candidate, then each one's second, …),
+-- not oldest first: when the limits add up to more than @heads, a type whose heads are
+-- all newer than the others' (a trickle beside a backlog) still gets its turn
+FROM (SELECT u.seq, u.ctid, u.aggregate_type, u.aggregate_id FROM (
+        SELECT u.*, row_number() OVER (PARTITION BY u.aggregate_type ORDER BY u.seq) AS turn FROM candidates u) u
+      ORDER BY u.turn, u.seq
+      LIMIT @heads) c
+), shares_full AS MATERIALIZED (
+    -- the types that had as many claimable heads as their limit: more of them may be
+    -- waiting, so the claim did not take all there was (the relay claims again at once,
+    -- and gives them the share other types left: relay/heads.go)
+    SELECT coalesce(array_agg(x.aggregate_type), '{}') AS types FROM (
+        SELECT u.aggregate_type, count(*) AS n FROM candidates u GROUP BY u.aggregate_type) x
+    WHERE x.n >= coalesce((SELECT l.n FROM limits l WHERE l.t = x.aggregate_type), (SELECT heads FROM share))
 ), picked AS MATERIALIZED (
     SELECT seq, ctid, seq AS head, true AS ready FROM heads
     UNION ALL

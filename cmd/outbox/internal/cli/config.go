@@ -239,6 +239,24 @@ func list(key, help string, field func(*Config) *[]string) option {
 	}}
 }
 
+// parseTypeWeights reads relay.type_weights: "type=weight" items, comma-separated.
+func parseTypeWeights(v string) (map[string]int, error) {
+	items := splitList(v)
+	if len(items) == 0 {
+		return nil, nil
+	}
+	weights := make(map[string]int, len(items))
+	for _, item := range items {
+		typ, w, ok := strings.Cut(item, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if typ = strings.TrimSpace(typ); !ok || typ == "" || err != nil || n < 1 {
+			return nil, fmt.Errorf("%q: want type=weight, a weight of 1 or more", item)
+		}
+		weights[typ] = n
+	}
+	return weights, nil
+}
+
 func splitList(v string) []string {
 	var out []string
 	for s := range strings.SplitSeq(v, ",") {
@@ -327,6 +345,12 @@ var options = []option{
 		func(c *Config) *time.Duration { return &c.Relay.RetryMaxDelay }).in(scopeRelay),
 	list("relay.publish_past_dead", "aggregate types whose dead events do not hold their aggregate (comma-separated)",
 		func(c *Config) *[]string { return &c.Relay.PublishPastDead }).in(scopeRelay),
+	option{key: "relay.type_weights", help: "ordered mode: aggregate types' weights in a claim's shares of its heads, type=weight (comma-separated; types not named weigh 1)",
+		set: func(c *Config, v string) error {
+			weights, err := parseTypeWeights(v)
+			c.Relay.TypeWeights = weights
+			return err
+		}}.in(scopeRelay),
 	boolean("relay.synchronous_commit", "batch commits wait for the WAL flush", false,
 		func(c *Config) *bool { return &c.Relay.SynchronousCommit }).in(scopeRelay),
 	duration("relay.shutdown_timeout", "how long in-flight batches may take to settle after SIGTERM", relay.DefaultShutdownTimeout,

@@ -39,6 +39,7 @@ relay:
   batch_size: 11
   max_attempts: 12
   publish_past_dead: [a, b]
+  type_weights: [pay=3, mail=1]
 retention:
   keep: 1h
 `)
@@ -52,6 +53,7 @@ retention:
 		"relay.batch_size":        {"21", "OUTBOX_RELAY_BATCH_SIZE"},
 		"relay.max_attempts":      {"12", "config", "file", file},
 		"relay.publish_past_dead": {"a,b", "config", "file", file},
+		"relay.type_weights":      {"pay=3,mail=1", "config", "file", file},
 		"retention.keep":          {"1h", "config", "file", file},
 		"relay.lease_ttl":         {"10s", "default"},
 	} {
@@ -76,6 +78,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"bad file value", "relay:\n  batch_size: lots\n", nil, nil, `relay.batch_size: must be an integer, got "lots"`},
 		{"out of range", "retention:\n  batch_size: 0\n", nil, nil, "retention.batch_size: must be between 1 and 100000, got 0"},
 		{"bad enum", "relay:\n  mode: fifo\n", nil, nil, `relay.mode: must be one of ordered, unordered, got "fifo"`},
+		{"bad weight", "relay:\n  type_weights: [pay=0]\n", nil, nil, `relay.type_weights: "pay=0": want type=weight, a weight of 1 or more`},
 		{"bad yaml", "relay: [\n", nil, nil, "config file"},
 		{"unknown variable", "", []string{"OUTBOX_RELAY_BATCHSIZE=3"}, nil, "environment: OUTBOX_RELAY_BATCHSIZE: unknown variable"},
 		{"bad variable", "", []string{"OUTBOX_RELAY_SHUTDOWN_TIMEOUT=ten"}, nil, `OUTBOX_RELAY_SHUTDOWN_TIMEOUT: must be a duration`},
