@@ -56,8 +56,8 @@ const (
 	// troubleFloodUnread: the same flood written into another outbox schema, which no
 	// relay reads: what the flood's writes alone cost the machine
 	troubleFloodUnread isolationTrouble = "flood unread"
-	troubleHot   isolationTrouble = "hot"   // one aggregate's deep backlog
-	troubleStall isolationTrouble = "stall" // the same, one of its messages held by the sink
+	troubleHot         isolationTrouble = "hot"   // one aggregate's deep backlog
+	troubleStall       isolationTrouble = "stall" // the same, one of its messages held by the sink
 )
 
 // isolationCase is one run: a relay set-up, a trickle, and a trouble.
