@@ -71,16 +71,42 @@ func TestRotationShare(t *testing.T) {
 		heads   int
 		want    map[string]int
 	}{
-		{"a flood beside a trickle: the flood gets what the trickle leaves",
-			slices.Concat(heads("flood", 50), heads("quiet", 1)), []string{"flood"}, nil, 100, map[string]int{"flood": 98, "quiet": 2}},
-		{"two floods split the heads by weight",
-			slices.Concat(heads("pay", 50), heads("mail", 50)), []string{"pay", "mail"}, map[string]int{"pay": 3}, 100, map[string]int{"pay": 75, "mail": 25}},
-		{"a type that needs less keeps room to grow, up to its weighted share",
-			slices.Concat(heads("pay", 30), heads("mail", 10)), nil, map[string]int{"pay": 3}, 100, map[string]int{"pay": 60, "mail": 20}},
-		{"a type that filled its limit with heads it could not lock is still given some",
-			heads("mail", 5), []string{"pay", "mail"}, nil, 100, map[string]int{"pay": 50, "mail": 50}},
-		{"more types than heads: at least one each",
-			slices.Concat(heads("a", 1), heads("b", 1), heads("c", 1)), []string{"a", "b", "c"}, nil, 2, map[string]int{"a": 1, "b": 1, "c": 1}},
+		{
+			"a flood beside a trickle: the flood gets what the trickle leaves",
+			slices.Concat(heads("flood", 50), heads("quiet", 1)),
+			[]string{"flood"},
+			nil, 100,
+			map[string]int{"flood": 98, "quiet": 2},
+		},
+		{
+			"two floods split the heads by weight",
+			slices.Concat(heads("pay", 50), heads("mail", 50)),
+			[]string{"pay", "mail"},
+			map[string]int{"pay": 3},
+			100,
+			map[string]int{"pay": 75, "mail": 25},
+		},
+		{
+			"a type that needs less keeps room to grow, up to its weighted share",
+			slices.Concat(heads("pay", 30), heads("mail", 10)), nil,
+			map[string]int{"pay": 3},
+			100,
+			map[string]int{"pay": 60, "mail": 20},
+		},
+		{
+			"a type that filled its limit with heads it could not lock is still given some",
+			heads("mail", 5),
+			[]string{"pay", "mail"},
+			nil, 100,
+			map[string]int{"pay": 50, "mail": 50},
+		},
+		{
+			"more types than heads: at least one each",
+			slices.Concat(heads("a", 1), heads("b", 1), heads("c", 1)),
+			[]string{"a", "b", "c"},
+			nil, 2,
+			map[string]int{"a": 1, "b": 1, "c": 1},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r rotation
