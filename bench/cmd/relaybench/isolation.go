@@ -172,8 +172,10 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 	if c.trouble == troubleStall {
 		sink, hold = sinkRecordStall, b.o.isolationStall
 	}
-	child, err := startChild(ctx, childConfig{DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts,
-		Relay: relay.Config{ClaimCooldown: b.o.isolationCooldown}})
+	child, err := startChild(ctx, childConfig{
+		DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts,
+		Relay: relay.Config{ClaimCooldown: b.o.isolationCooldown},
+	})
 	if err != nil {
 		return isolationResult{}, err
 	}
