@@ -345,12 +345,14 @@ var options = []option{
 		func(c *Config) *time.Duration { return &c.Relay.RetryMaxDelay }).in(scopeRelay),
 	list("relay.publish_past_dead", "aggregate types whose dead events do not hold their aggregate (comma-separated)",
 		func(c *Config) *[]string { return &c.Relay.PublishPastDead }).in(scopeRelay),
-	option{key: "relay.type_weights", help: "ordered mode: aggregate types' weights in a claim's shares of its heads, type=weight (comma-separated; types not named weigh 1)",
+	option{
+		key: "relay.type_weights", help: "ordered mode: aggregate types' weights in a claim's shares of its heads, type=weight (comma-separated; types not named weigh 1)",
 		set: func(c *Config, v string) error {
 			weights, err := parseTypeWeights(v)
 			c.Relay.TypeWeights = weights
 			return err
-		}}.in(scopeRelay),
+		},
+	}.in(scopeRelay),
 	boolean("relay.synchronous_commit", "batch commits wait for the WAL flush", false,
 		func(c *Config) *bool { return &c.Relay.SynchronousCommit }).in(scopeRelay),
 	duration("relay.shutdown_timeout", "how long in-flight batches may take to settle after SIGTERM", relay.DefaultShutdownTimeout,
