@@ -111,7 +111,7 @@ func isolationBases(t isolationTrouble) []isolationTrouble {
 	case troubleFloodUnread, troubleHot:
 		return []isolationTrouble{troubleNone}
 	case troubleStall:
-		return []isolationTrouble{troubleHot, troubleNone}
+		return []isolationTrouble{troubleHot}
 	}
 	return nil
 }
@@ -431,7 +431,7 @@ func (b *bench) isolationShapes(ctx context.Context) ([]shapeResult, error) {
 	}
 	// the same beside one aggregate of another type with a backlog of its own: it needs
 	// one head of each claim, and leaves the rest of its share to the many (ADR 0034)
-	runs = append(runs, shapeResult{what: "many aggregates, beside another type's one", events: b.o.scaleEvents, aggregates: b.o.aggregates, maxPer: 10, beside: b.o.scaleEvents / 10})
+	runs = append(runs, shapeResult{what: "many aggregates, beside another type's one", events: b.o.scaleEvents, aggregates: b.o.aggregates, maxPer: 10, beside: b.o.scaleEvents / 100})
 	for i, r := range runs {
 		s := relayShape{mode: relay.Ordered, instances: 1, batchSize: 100, maxPerAggregate: r.maxPer, aggregates: r.aggregates, beside: r.beside}
 		res, err := b.relayDrain(ctx, s, relay.KeepThenDelete, r.events, sinkMem, 0)
