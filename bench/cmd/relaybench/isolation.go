@@ -496,9 +496,9 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	var targets []string
 	for _, name := range order {
 		m := medianFloat(ratios[name])
-		if strings.Contains(name, string(troubleFloodUnread)) {
+		if strings.Contains(name, string(troubleFloodUnread)) { // flood unread against none, flood against flood unread
 			// not a target: what the machine's load does to the trickle
-			p("\nNoisy neighbour, %s: the trickle's p99 during the flood is %.2f × its p99 during the same flood written where no relay reads it (median of %d rounds: %s): the relay's own share of the slow-down.", name, m, len(ratios[name]), joinFloats(ratios[name], "%.2f"))
+			p("\n%s: the trickle's p99 %.2f × (median of %d rounds: %s; not a target: flood unread against none is what the flood's writes alone cost, flood against flood unread the relay's own share).", name, m, len(ratios[name]), joinFloats(ratios[name], "%.2f"))
 			continue
 		}
 		targets = append(targets, fmt.Sprintf("Isolation, %s: trickle p99 during the trouble ≤ %.0f × (median of %d rounds): %s — %.2f × (rounds: %s).",
