@@ -51,7 +51,7 @@ func (r *rotation) args(heads int) (types, ids, limitTypes []string, limits []in
 // one: room to grow), at most its fair share. The types that filled theirs split what
 // the others leave, in proportion to their weights, so the claim is full whenever some
 // type has the heads to fill it. A type this claim did not take gets the claim's equal
-// share (no limit).
+// share (no limit), and so does every type when none filled its limit.
 func (r *rotation) share(msgs []outbox.Message, full []string, heads int, weights map[string]int) {
 	took := map[string]int{}
 	counted := make(map[aggregateKey]bool, len(msgs))
@@ -60,6 +60,14 @@ func (r *rotation) share(msgs []outbox.Message, full []string, heads int, weight
 			counted[k] = true
 			took[m.AggregateType]++
 		}
+	}
+	if len(full) == 0 {
+		// no type wants more than it had: the equal shares did (a limit that is only room
+		// to grow would cut a trickle's claims short, each then followed by another)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.limits, r.limitsFor = nil, heads
+		return
 	}
 	hungry := make(map[string]bool, len(full))
 	for _, t := range full {

@@ -88,10 +88,15 @@ func TestRotationShare(t *testing.T) {
 		},
 		{
 			"a type that needs less keeps room to grow, up to its weighted share",
-			slices.Concat(heads("pay", 30), heads("mail", 10)), nil,
+			slices.Concat(heads("pay", 30), heads("mail", 10), heads("flood", 5)), []string{"flood"},
 			map[string]int{"pay": 3},
 			100,
-			map[string]int{"pay": 60, "mail": 20},
+			map[string]int{"pay": 60, "mail": 20, "flood": 20},
+		},
+		{
+			"no type filled its limit: the equal shares again, no limit",
+			slices.Concat(heads("pay", 30), heads("mail", 10)), nil, nil, 100,
+			map[string]int{},
 		},
 		{
 			"a type that filled its limit with heads it could not lock is still given some",
