@@ -246,13 +246,7 @@ func TestOrderedClaimCutsTurnByTurn(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type)
-		SELECT gen_random_uuid(), 'flood', 'f' || g, 'x' FROM generate_series(1, 100) g`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) VALUES (gen_random_uuid(), 'quiet', 'q', 'x')`); err != nil {
-		t.Fatal(err)
-	}
+	execSQL(t, pool, floodAndQuiet(100)...)
 	types := map[string]int{}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		sql, args := relay.OrderedClaimSQL("claim_ordered", relay.OrderedClaimArgs{

@@ -239,6 +239,26 @@ func newRelay(t *testing.T, pool *pgxpool.Pool, sink outbox.Sink, cfg *relay.Con
 	return r
 }
 
+// execSQL runs each statement on pool, failing t on an error.
+func execSQL(t testing.TB, pool *pgxpool.Pool, statements ...string) {
+	t.Helper()
+	for _, q := range statements {
+		if _, err := pool.Exec(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// floodAndQuiet are the statements that write n single-event aggregates of type flood,
+// then one event of type quiet: a backlog of one type beside another type's trickle.
+func floodAndQuiet(n int) []string {
+	return []string{
+		fmt.Sprintf(`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type)
+			SELECT gen_random_uuid(), 'flood', 'f' || g, 'flood.x' FROM generate_series(1, %d) g`, n),
+		`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) VALUES (gen_random_uuid(), 'quiet', 'q', 'quiet.x')`,
+	}
+}
+
 func queryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int

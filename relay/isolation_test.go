@@ -333,26 +333,12 @@ func TestOneEventPerClaimDoesNotWalkTheBacklog(t *testing.T) {
 // there was", and the worker waited for the next wake-up with the backlog still there.
 func TestClaimCutByTypeSharesIsNotCaughtUp(t *testing.T) {
 	t.Parallel()
-	inBothModes(t, func(t *testing.T, mode relay.Mode) {
-		if mode == relay.Unordered {
-			t.Skip("type shares are the ordered claim's")
-		}
-		pool := pgtest.Pool(t)
-		ctx := context.Background()
-		if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type)
-			SELECT gen_random_uuid(), 'flood', 'f' || g, 'flood.x' FROM generate_series(1, 2000) g`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) VALUES (gen_random_uuid(), 'quiet', 'q', 'quiet.x')`); err != nil {
-			t.Fatal(err)
-		}
-		cfg := fastConfig()
-		cfg.Mode = mode
-		cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
-		sink := &memsink.Sink{}
-		start(t, newRelay(t, pool, sink, cfg))
-		waitSQL(t, pool, 20*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
-	})
+	pool := pgtest.Pool(t)
+	execSQL(t, pool, floodAndQuiet(2000)...)
+	cfg := fastConfig()
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	start(t, newRelay(t, pool, &memsink.Sink{}, cfg))
+	waitSQL(t, pool, 20*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
 }
 
 // callsSink publishes through its memsink and records, per Publish call, how many
@@ -385,11 +371,7 @@ func TestTypeSharesFollowNeedAndWeights(t *testing.T) {
 	t.Parallel()
 	run := func(t *testing.T, weights map[string]int, fill ...string) []map[string]int {
 		pool := pgtest.Pool(t)
-		for _, q := range fill {
-			if _, err := pool.Exec(context.Background(), q); err != nil {
-				t.Fatal(err)
-			}
-		}
+		execSQL(t, pool, fill...)
 		cfg := fastConfig()
 		cfg.Concurrency, cfg.PublishCalls, cfg.TypeWeights = 1, 1, weights // one batch at a time, one call each
 		sink := &callsSink{}

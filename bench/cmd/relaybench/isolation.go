@@ -236,14 +236,7 @@ func (b *bench) isolationMeasure(ctx context.Context, c isolationCase, child *ch
 	if err := b.waitNonePending(ctx); err != nil {
 		return isolationResult{}, err
 	}
-	if err := child.send("STOP"); err != nil {
-		return isolationResult{}, err
-	}
-	cr, err := child.result()
-	if err != nil {
-		return isolationResult{}, err
-	}
-	got, err := readReceipts(receipts)
+	cr, got, err := child.stopWithReceipts(receipts)
 	if err != nil {
 		return isolationResult{}, err
 	}

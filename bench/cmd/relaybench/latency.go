@@ -167,18 +167,11 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 	} else if err == nil {
 		err = b.waitPublished(ctx, b.o.latencyDrained+warmupEvents(b.o.latencyDrained)+len(ids))
 	}
-	if err == nil {
-		err = c.send("STOP")
-	}
 	if err != nil {
 		c.kill()
 		return latencyResult{}, err
 	}
-	cr, err := c.result()
-	if err != nil {
-		return latencyResult{}, err
-	}
-	got, err := readReceipts(receipts)
+	cr, got, err := c.stopWithReceipts(receipts)
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -388,6 +381,21 @@ func (b *bench) waitConfirmed(ctx context.Context, slot string) error {
 			return fmt.Errorf("wait for the relay: %w", err)
 		}
 	}
+}
+
+// stopWithReceipts stops a child whose sink records receipts into the file at path, and
+// returns its result and the receipts.
+func (c *child) stopWithReceipts(path string) (childResult, map[uuid.UUID]int64, error) {
+	if err := c.send("STOP"); err != nil {
+		c.kill()
+		return childResult{}, nil, err
+	}
+	res, err := c.result()
+	if err != nil {
+		return childResult{}, nil, err
+	}
+	got, err := readReceipts(path)
+	return res, got, err
 }
 
 // readReceipts reads the child's "id unix-ns" lines; the first receipt of an id wins.
