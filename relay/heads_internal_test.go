@@ -88,7 +88,8 @@ func TestRotationShare(t *testing.T) {
 		},
 		{
 			"a type that needs less keeps room to grow, up to its weighted share",
-			slices.Concat(heads("pay", 30), heads("mail", 10), heads("flood", 5)), []string{"flood"},
+			slices.Concat(heads("pay", 30), heads("mail", 10), heads("flood", 5)),
+			[]string{"flood"},
 			map[string]int{"pay": 3},
 			100,
 			map[string]int{"pay": 60, "mail": 20, "flood": 20},
