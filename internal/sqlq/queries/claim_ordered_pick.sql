@@ -196,13 +196,18 @@ SELECT c.*,
           AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > c.seq
         ORDER BY d.aggregate_type, d.aggregate_id, d.seq
         LIMIT 1) END AS hold
--- cut at @heads turn by turn (each type's oldest candidate, then each one's second, …),
--- not oldest first: when the limits add up to more than @heads, a type whose heads are
--- all newer than the others' (a trickle beside a backlog) still gets its turn
-FROM (SELECT u.seq, u.ctid, u.aggregate_type, u.aggregate_id FROM (
-        SELECT u.*, row_number() OVER (PARTITION BY u.aggregate_type ORDER BY u.seq) AS turn FROM candidates u) u
-      ORDER BY u.turn, u.seq
-      LIMIT @heads) c
+-- every candidate when they are @heads or fewer (the common case: no sort); else cut at
+-- @heads turn by turn (each type's oldest candidate, then each one's second, …), not
+-- oldest first: when the limits add up to more than @heads, a type whose heads are all
+-- newer than the others' (a trickle beside a backlog) still gets its turn
+FROM (SELECT u.seq, u.ctid, u.aggregate_type, u.aggregate_id FROM candidates u
+      WHERE (SELECT count(*) FROM candidates) <= @heads
+      UNION ALL
+      (SELECT u.seq, u.ctid, u.aggregate_type, u.aggregate_id FROM (
+           SELECT u.*, row_number() OVER (PARTITION BY u.aggregate_type ORDER BY u.seq) AS turn FROM candidates u) u
+       WHERE (SELECT count(*) FROM candidates) > @heads
+       ORDER BY u.turn, u.seq
+       LIMIT @heads)) c
 ), shares_full AS MATERIALIZED (
     -- the types that had as many claimable heads as their limit: more of them may be
     -- waiting, so the claim did not take all there was (the relay claims again at once,
