@@ -50,7 +50,11 @@
 -- Only the contiguous prefix (in seq order) of each aggregate's rows that this statement
 -- locked and that are available is claimed: a row skipped by SKIP LOCKED or not yet
 -- available ends its aggregate's share of the batch.
-near AS MATERIALIZED (
+held_any AS MATERIALIZED (
+    -- whether any dead event holds an aggregate at all (one descent of events_held): when
+    -- none does — the common case — no head is probed for one before it or after it
+    SELECT EXISTS (SELECT 1 FROM {{schema}}.events d WHERE d.dead_at IS NOT NULL AND d.discarded_at IS NULL) AS yes
+), near AS MATERIALIZED (
     -- the pending rows from the lowest one claim_floor.sql found (from its bound), in
     -- seq order, up to one more than a small claim's worth: a walk of events_pending
     -- that reads neither the dead entries below the bound nor those that part walked
@@ -141,7 +145,7 @@ near AS MATERIALIZED (
       AND (@scope::int[] IS NULL OR a.partition * @partitions::int / 4096 = ANY(@scope::int[]))
       AND NOT a.partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])
       -- not held by an earlier dead event (one probe of events_held)
-      AND (a.aggregate_type = ANY(@publish_past_dead::text[]) OR (
+      AND (NOT (SELECT yes FROM held_any) OR a.aggregate_type = ANY(@publish_past_dead::text[]) OR (
           SELECT d.seq FROM {{schema}}.events d
           WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id
             AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < a.seq
@@ -169,7 +173,7 @@ near AS MATERIALIZED (
       AND NOT (SELECT everything FROM paused)
       AND NOT a.aggregate_type = ANY((SELECT types FROM paused)::text[])
       AND NOT a.partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])
-      AND (a.aggregate_type = ANY(@publish_past_dead::text[]) OR (
+      AND (NOT (SELECT yes FROM held_any) OR a.aggregate_type = ANY(@publish_past_dead::text[]) OR (
           SELECT d.seq FROM {{schema}}.events d
           WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id
             AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < a.seq
@@ -190,7 +194,7 @@ near AS MATERIALIZED (
 SELECT c.*,
     -- the first later dead event that holds the aggregate, if any: its followers stop
     -- there (one probe of events_held per head, not one per follower)
-    CASE WHEN NOT c.aggregate_type = ANY(coalesce(@publish_past_dead::text[], '{}')) THEN (
+    CASE WHEN (SELECT yes FROM held_any) AND NOT c.aggregate_type = ANY(coalesce(@publish_past_dead::text[], '{}')) THEN (
         SELECT d.seq FROM {{schema}}.events d
         WHERE d.aggregate_type = c.aggregate_type AND d.aggregate_id = c.aggregate_id
           AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > c.seq
