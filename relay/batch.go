@@ -191,8 +191,10 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 		// A by-seq batch waits for one of its calls before it goes on without the others,
 		// as before ADR 0033: its source confirms what it settled, and rows held in
 		// flight would move an unanswered event's fate from the source to the hold.
+		// Nor does a batch while the breaker is open: as the breaker's probe, it waits for
+		// a verdict on the sink rather than leave its calls in flight undecided.
 		var cut *atomic.Bool
-		if seqs == nil {
+		if seqs == nil && !b.breaker.open() {
 			cut = &b.cuts[share.index%len(b.cuts)]
 		}
 		results, running, err = b.publish(relayCtx, msgs, cut)

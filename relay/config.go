@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/slogdefault"
@@ -156,8 +157,9 @@ type Config struct {
 	// BatchSize): while several types have more claimable aggregates than their share, a
 	// type of weight 3 gets three times the heads of a type of weight 1. Types not named
 	// weigh 1. Whatever the weights, every type with a claimable aggregate gets at least
-	// one head per claim, and a share a type leaves unused goes to the types that need it
-	// (ADR 0034). Default: none, every type weighs 1 (equal shares).
+	// one head per claim (while there are no more such types than heads; else the claim
+	// takes each one's first in turn), and a share a type leaves unused goes to the types
+	// that need it (ADR 0034). Default: none, every type weighs 1 (equal shares).
 	TypeWeights map[string]int
 	// BreakerMinAggregates: a batch in which nothing succeeded and failures span at
 	// least this many distinct aggregates means the sink is down (as does any error
@@ -260,6 +262,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slogdefault.Logger()
 	}
+	cfg.TypeWeights = maps.Clone(cfg.TypeWeights) // the caller's map may change
 
 	var errs []error
 	check := func(ok bool, format string, args ...any) {

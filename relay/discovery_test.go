@@ -274,3 +274,41 @@ func TestOrderedClaimCutsTurnByTurn(t *testing.T) {
 		t.Fatalf("claimed %v, want flood 9 and quiet 1", types)
 	}
 }
+
+// A claim names a type full (shares_full, its last column) only when the type had more
+// claimable heads than its share, not as many: with more types than half the heads the
+// equal share is one head, and a type with its one head is not a backlog.
+func TestSharesFullOnlyWhenATypeHadMore(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	execSQL(t, pool,
+		`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) SELECT gen_random_uuid(), 't' || g, 'a', 'x' FROM generate_series(1, 60) g`,
+		`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) SELECT gen_random_uuid(), 'deep', 'd' || g, 'x' FROM generate_series(1, 3) g`)
+	var full []string
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		sql, args := relay.OrderedClaimSQL("claim_ordered", relay.OrderedClaimArgs{Heads: 100, MaxPerAggregate: 1, MaxEvents: 100, Partitions: 16})
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			values, err := rows.Values()
+			if err != nil {
+				return err
+			}
+			full = nil
+			for _, v := range values[len(values)-1].([]any) {
+				full = append(full, v.(string))
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(full, []string{"deep"}) {
+		t.Fatalf("shares_full %v, want [deep] (61 types, a share of one head each; only deep had more)", full)
+	}
+}

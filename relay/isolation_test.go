@@ -183,15 +183,47 @@ func TestLateCallsSettleAsTheyReturn(t *testing.T) {
 	waitSQL(t, pool, 10*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
 }
 
-// hangingSink hangs every call until its context ends while hang is set, and publishes
-// through its memsink otherwise.
+// A batch that went on without every call is judged as a batch only until one of its
+// calls succeeds: then the sink is up, and calls that time out later failed as
+// messages (an attempt counted, backoff), not as an outage. The batch of the relay's one
+// worker holds "ok" (its call returns after 150 ms) and three aggregates whose calls hang
+// until BatchTimeout: none has returned when the batch goes on; ok's call then shows the
+// sink up.
+func TestLateCallsAfterASuccessAreNotAnOutage(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, []string{"ok", "h1", "h2", "h3"}, 1)
+	sink := &hangingSink{}
+	sink.hang.Store(true)
+	sink.FailFunc = func(m outbox.Message) error {
+		if m.AggregateID == "ok" {
+			time.Sleep(150 * time.Millisecond) //nolint:forbidigo // the call's own time is the test's input
+		}
+		return nil
+	}
+	sink.except = "ok"
+	cfg := fastConfig()
+	cfg.Concurrency, cfg.BatchTimeout = 1, 600*time.Millisecond
+	r := newRelay(t, pool, sink, cfg)
+	start(t, r)
+	waitSQL(t, pool, 10*time.Second, 3, `SELECT count(*) FROM outbox.events WHERE aggregate_id LIKE 'h%' AND attempts = 1 AND published_at IS NULL`)
+	if st := r.Stats(); st.BreakerOpens != 0 || st.SinkDownBatches != 0 {
+		t.Fatalf("the hung calls after ok's success were taken for an outage: %+v", st)
+	}
+	sink.hang.Store(false)
+	waitSQL(t, pool, 20*time.Second, 0, `SELECT count(*) FROM outbox.events WHERE published_at IS NULL`)
+}
+
+// hangingSink hangs every call until its context ends while hang is set — but a call of
+// aggregate except — and publishes through its memsink otherwise.
 type hangingSink struct {
 	memsink.Sink
-	hang atomic.Bool
+	hang   atomic.Bool
+	except string
 }
 
 func (s *hangingSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	if s.hang.Load() {
+	if s.hang.Load() && (s.except == "" || msgs[0].AggregateID != s.except) {
 		<-ctx.Done()
 	}
 	return s.Sink.Publish(ctx, msgs)

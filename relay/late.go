@@ -50,22 +50,27 @@ func (p published) without(msgs []outbox.Message, skip []int) ([]outbox.Message,
 }
 
 // settleLate waits for the Publish calls a batch went on without and settles their
-// messages in transactions of their own (settle_late.sql), each by what its call said,
-// classified as a batch's are, but never as an outage (the batch decided that, without
-// them) — unless none of the batch's calls had returned (inFlight.whole). Calls settle
-// as they return: with the first call back, those that return soon after it (within
-// four times as long as it took after the batch went on, at most SlowPublish), so a call
-// that is late only by a moment does not wait for one that hangs. In ordered mode it
-// checks the batch's leases first: if one moved on, it changes nothing, and the rows
-// become claimable when their hold runs out (the new owner publishes them again). It
-// changes only rows still held at h.until.
+// messages (those h.running.msgs names) in transactions of their own (settle_late.sql),
+// each by what its call said, classified as a batch's are, but never as an outage (the
+// batch decided that, without them) — unless none of the batch's calls had returned
+// (inFlight.whole) and no call of it has succeeded since. Calls settle as they return:
+// with the first call back, those that return soon after it (within four times as long
+// as it took after the batch went on, at most SlowPublish), so a call that is late only
+// by a moment does not wait for one that hangs. In ordered mode it checks the batch's
+// leases first: if one moved on, it changes nothing, and the rows become claimable when
+// their hold runs out (the new owner publishes them again). It changes only rows still
+// held at h.until.
 func (b *batcher) settleLate(ctx context.Context, h heldRows) {
 	defer h.running.cancel()
-	wentOn := time.Now()
+	settles := make(map[int]bool, len(h.running.msgs))
+	for _, i := range h.running.msgs {
+		settles[i] = true
+	}
+	judge := lateJudgement{whole: h.running.whole}
 	for left := h.running.calls; left > 0; {
 		group := []callReturn{<-h.running.returned}
 		left--
-		wait := time.NewTimer(min(b.cfg.SlowPublish, 4*time.Since(wentOn)))
+		wait := time.NewTimer(min(b.cfg.SlowPublish, 4*time.Since(h.running.wentOn)))
 	gather:
 		for left > 0 {
 			select {
@@ -83,41 +88,58 @@ func (b *batcher) settleLate(ctx context.Context, h heldRows) {
 				b.log.WarnContext(ctx, "late publish", slog.Any("error", r.err))
 				continue // a sink that broke its contract: the rows stay held until h.until, then go again
 			}
-			idx = append(idx, r.msgs...)
+			for _, i := range r.msgs {
+				if settles[i] {
+					idx = append(idx, i)
+				}
+			}
 		}
 		if len(idx) > 0 {
-			b.settleLateCalls(ctx, h, idx)
+			b.settleLateCalls(ctx, h, idx, &judge)
 		}
 	}
 }
 
+// lateJudgement is how settleLate judges the groups of one batch's calls: as a batch's
+// while whole (none of its calls had shown the sink up), and whether it has counted the
+// batch as one that found the sink down.
+type lateJudgement struct {
+	whole, counted bool
+}
+
 // settleLateCalls settles the messages of h at indexes idx, whose calls have returned.
-func (b *batcher) settleLateCalls(ctx context.Context, h heldRows, idx []int) {
+func (b *batcher) settleLateCalls(ctx context.Context, h heldRows, idx []int, judge *lateJudgement) {
 	var msgs []outbox.Message
 	var p published
 	for _, i := range idx {
 		msgs = append(msgs, h.msgs[i])
 		p.errs, p.late, p.call = append(p.errs, h.p.errs[i]), append(p.late, h.p.late[i]), append(p.call, h.p.call[i])
 	}
-	var out settlement
-	if !h.running.whole {
+	var (
+		out  settlement
+		down bool
+	)
+	if !judge.whole {
 		out = b.decide(msgs, p, failures(msgs, p))
-	} else {
-		// No call of the batch had returned: nothing showed the sink up, so their
-		// results are judged as a batch's. Found down, the rows go back untouched (no
-		// attempt counted) and the breaker opens.
-		var down bool
-		if out, down = b.classify(msgs, p); down {
-			out = settlement{}
-			for _, m := range msgs {
-				out.add(m.Seq, outcomeUntouched, nil, 0)
-			}
-			if b.breaker.down(time.Now()) {
-				b.stats.breakerOpens.Add(1)
-				b.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(p.errs)))
-			}
+	} else if out, down = b.classify(msgs, p); down {
+		// Nothing of the batch showed the sink up, and these calls find it down: their
+		// rows go back untouched (no attempt counted) and the breaker opens — as a batch
+		// that found the sink down, which counts nothing else either.
+		out = settlement{}
+		for _, m := range msgs {
+			out.add(m.Seq, outcomeUntouched, nil, 0)
+		}
+		if b.breaker.down(time.Now()) {
+			b.stats.breakerOpens.Add(1)
+			b.log.WarnContext(ctx, "sink down: breaker open; no attempts counted", slog.Any("error", firstError(p.errs)))
+		}
+		if !judge.counted {
+			judge.counted = true
 			b.stats.sinkDownBatches.Add(1)
 		}
+	}
+	if out.published > 0 {
+		judge.whole = false // the sink is up: the batch's later calls are judged as a batch's late ones
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()
@@ -149,13 +171,16 @@ func (b *batcher) settleLateCalls(ctx context.Context, h heldRows, idx []int) {
 		}
 		return
 	}
+	b.released() // the aggregates' next events can be claimed now
+	if down {
+		return
+	}
 	b.stats.latePublishes.Add(int64(len(msgs)))
 	b.stats.published.Add(int64(out.published))
 	b.stats.retried.Add(int64(out.retried))
 	b.stats.dead.Add(int64(out.dead))
 	b.observe(time.Time{}, true, msgs, &out)
 	b.noteDue(out.earliestRetry)
-	b.released() // the aggregates' next events can be claimed now
 	if out.published > 0 {
 		b.breaker.success()
 	}

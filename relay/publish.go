@@ -80,6 +80,7 @@ func (b *batcher) publish(ctx context.Context, msgs []outbox.Message, cut *atomi
 	for n := 0; n < len(calls); {
 		select {
 		case r := <-finished:
+			b.callTimes.note(time.Since(started)) // a call back while its batch waits: how long calls take
 			n++
 			returned[r.call] = true
 			if r.err != nil {
@@ -96,7 +97,7 @@ func (b *batcher) publish(ctx context.Context, msgs []outbox.Message, cut *atomi
 				whole = cut
 			}
 			pending := len(calls) - n
-			f := &inFlight{done: make(chan struct{}), cancel: cancel, whole: whole != nil, calls: pending, returned: make(chan callReturn, pending)}
+			f := &inFlight{done: make(chan struct{}), cancel: cancel, whole: whole != nil, calls: pending, returned: make(chan callReturn, pending), wentOn: time.Now()}
 			messagesOf := func(c int) []int {
 				if calls[c] != nil {
 					return calls[c]
@@ -145,6 +146,7 @@ type inFlight struct {
 	// calls is how many calls there are; returned receives each one as it returns
 	calls    int
 	returned chan callReturn
+	wentOn   time.Time // when the batch went on without them
 }
 
 // callReturn is a Publish call that returned after its batch went on without it: the
@@ -155,7 +157,8 @@ type callReturn struct {
 }
 
 // callTimes keeps how long the sink's Publish calls usually take: a moving average of
-// the calls that returned within their budget (each new one weighs 1/8).
+// the calls that returned while their batch waited for them (each new one weighs 1/8) —
+// not of those it went on without, so one hang does not stretch the next cut-offs.
 type callTimes struct{ avg atomic.Int64 }
 
 func (t *callTimes) note(d time.Duration) {
@@ -176,12 +179,8 @@ func (t *callTimes) typical() time.Duration { return time.Duration(t.avg.Load())
 // call makes Publish call number c with part, whose messages are msgs[idx[i]] of the
 // batch (idx nil: part is the whole batch), and records the results in p.
 func (b *batcher) call(ctx context.Context, part []outbox.Message, c int, idx []int, p published) error {
-	began := time.Now()
 	errs := b.sink.Publish(ctx, part)
 	late := ctx.Err() != nil
-	if !late {
-		b.callTimes.note(time.Since(began))
-	}
 	if len(errs) != len(part) {
 		return fmt.Errorf("sink returned %d results for %d messages (a sink bug): batch abandoned", len(errs), len(part))
 	}

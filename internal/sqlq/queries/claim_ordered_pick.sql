@@ -92,11 +92,16 @@ held_any AS MATERIALIZED (
     -- it); the others get share's
     SELECT l.t, l.n FROM unnest(@limit_types::text[], @limits::int[]) AS l(t, n)
 ), candidates AS MATERIALIZED (
-  -- each type's claimable heads, up to its limit
-  SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id
+  -- each type's claimable heads, in the rotation's order (turn), up to one more than its
+  -- limit (lim): the one more says whether the type had more than its share
+  SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id, h.turn, lim.n AS lim
   FROM types ty
   CROSS JOIN LATERAL (
-    SELECT a.* FROM (
+    SELECT coalesce((SELECT l.n FROM limits l WHERE l.t = ty.aggregate_type), (SELECT heads FROM share)) AS n) lim
+  CROSS JOIN LATERAL (
+    -- row_number() over the rotation as it streams: no sort, and the rotation is still
+    -- read no further than the limit
+    SELECT a.*, row_number() OVER () AS turn FROM (
       -- this type's aggregates, each by its head, in key order from the type's cursor
       -- (exclusive) to the end, then from the first up to the cursor (wrapped); read
       -- lazily, no further than the share of claimable ones
@@ -150,7 +155,7 @@ held_any AS MATERIALIZED (
           WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id
             AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq < a.seq
           LIMIT 1) IS NULL)
-    LIMIT coalesce((SELECT l.n FROM limits l WHERE l.t = ty.aggregate_type), (SELECT heads FROM share))
+    LIMIT lim.n + 1
   ) h
   -- a paused type is not read at all, nor anything when everything is paused
   WHERE NOT ty.aggregate_type = ANY((SELECT types FROM paused)::text[]) AND NOT (SELECT everything FROM paused)
@@ -158,8 +163,9 @@ held_any AS MATERIALIZED (
   -- few: the same heads from near, which holds every pending row: each aggregate's
   -- first row there, in the rotation's order per type (after the cursor, then wrapped),
   -- claimable ones only, a share per type
-  SELECT s.seq, s.ctid, s.aggregate_type, s.aggregate_id FROM (
-    SELECT a.*, row_number() OVER (PARTITION BY a.aggregate_type ORDER BY a.wrapped, a.aggregate_id) AS turn
+  SELECT s.seq, s.ctid, s.aggregate_type, s.aggregate_id, s.turn, s.lim FROM (
+    SELECT a.*, row_number() OVER (PARTITION BY a.aggregate_type ORDER BY a.wrapped, a.aggregate_id) AS turn,
+        coalesce((SELECT l.n FROM limits l WHERE l.t = a.aggregate_type), (SELECT heads FROM share)) AS lim
     FROM (
       SELECT DISTINCT ON (n.aggregate_type, n.aggregate_id) n.*,
           n.aggregate_id <= coalesce((SELECT c.id FROM unnest(@cursor_types::text[], @cursor_ids::text[]) AS c(t, id) WHERE c.t = n.aggregate_type), '') AS wrapped
@@ -189,7 +195,7 @@ held_any AS MATERIALIZED (
              AND b.published_at IS NULL AND b.dead_at IS NULL AND b.seq < a.seq
            LIMIT 1) IS NULL
   ) s
-  WHERE s.turn <= coalesce((SELECT l.n FROM limits l WHERE l.t = s.aggregate_type), (SELECT heads FROM share))
+  WHERE s.turn <= s.lim + 1
 ), heads AS MATERIALIZED (
 SELECT c.*,
     -- the first later dead event that holds the aggregate, if any: its followers stop
@@ -200,25 +206,24 @@ SELECT c.*,
           AND d.dead_at IS NOT NULL AND d.discarded_at IS NULL AND d.seq > c.seq
         ORDER BY d.aggregate_type, d.aggregate_id, d.seq
         LIMIT 1) END AS hold
--- every candidate when they are @heads or fewer (the common case: no sort); else cut at
--- @heads turn by turn (each type's oldest candidate, then each one's second, …), not
--- oldest first: when the limits add up to more than @heads, a type whose heads are all
--- newer than the others' (a trickle beside a backlog) still gets its turn
+-- each type's candidates up to its limit: all of them when they are @heads or fewer (the
+-- common case: no sort); else cut at @heads turn by turn (each type's first in its
+-- rotation, then each one's second, …), not oldest first: when the limits add up to more
+-- than @heads, a type whose heads are all newer than the others' (a trickle beside a
+-- backlog) still gets its turn, and what a type keeps is where its rotation starts (so the
+-- cursor, moved to the last it claimed, passes over none it cut)
 FROM (SELECT u.seq, u.ctid, u.aggregate_type, u.aggregate_id FROM candidates u
-      WHERE (SELECT count(*) FROM candidates) <= @heads
+      WHERE u.turn <= u.lim AND (SELECT count(*) FROM candidates v WHERE v.turn <= v.lim) <= @heads
       UNION ALL
-      (SELECT u.seq, u.ctid, u.aggregate_type, u.aggregate_id FROM (
-           SELECT u.*, row_number() OVER (PARTITION BY u.aggregate_type ORDER BY u.seq) AS turn FROM candidates u) u
-       WHERE (SELECT count(*) FROM candidates) > @heads
+      (SELECT u.seq, u.ctid, u.aggregate_type, u.aggregate_id FROM candidates u
+       WHERE u.turn <= u.lim AND (SELECT count(*) FROM candidates v WHERE v.turn <= v.lim) > @heads
        ORDER BY u.turn, u.seq
        LIMIT @heads)) c
 ), shares_full AS MATERIALIZED (
-    -- the types that had as many claimable heads as their limit: more of them may be
-    -- waiting, so the claim did not take all there was (the relay claims again at once,
-    -- and gives them the share other types left: relay/heads.go)
-    SELECT coalesce(array_agg(x.aggregate_type), '{}') AS types FROM (
-        SELECT u.aggregate_type, count(*) AS n FROM candidates u GROUP BY u.aggregate_type) x
-    WHERE x.n >= coalesce((SELECT l.n FROM limits l WHERE l.t = x.aggregate_type), (SELECT heads FROM share))
+    -- the types that had more claimable heads than their limit: the claim did not take
+    -- all there was (the relay claims again at once, and gives them the share other types
+    -- left: relay/heads.go)
+    SELECT coalesce(array_agg(u.aggregate_type), '{}') AS types FROM candidates u WHERE u.turn = u.lim + 1
 ), picked AS MATERIALIZED (
     SELECT seq, ctid, seq AS head, true AS ready FROM heads
     UNION ALL
