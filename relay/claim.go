@@ -61,7 +61,7 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 	if b.cfg.Mode == Ordered {
 		scope.rotation.advance(read.msgs)
 		scope.rotation.share(read.msgs, saw.sharesFull, q.heads, b.cfg.TypeWeights)
-		// a type that filled its share may have more waiting: not caught up
+		// a type had more heads than its share: not caught up
 		c.full = c.full || len(saw.sharesFull) > 0 || b.cut(read.msgs, q.heads, q.capacity)
 	}
 	return c, nil

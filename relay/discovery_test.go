@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
@@ -245,30 +246,13 @@ func TestOrderedClaimSharesHeadsFairly(t *testing.T) {
 func TestOrderedClaimCutsTurnByTurn(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	ctx := context.Background()
 	execSQL(t, pool, floodAndQuiet(100)...)
 	types := map[string]int{}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		sql, args := relay.OrderedClaimSQL("claim_ordered", relay.OrderedClaimArgs{
-			Heads: 10, MaxPerAggregate: 1, MaxEvents: 10, Partitions: 16,
-			LimitTypes: []string{"flood"}, Limits: []int{10}, // quiet: the equal share, 5
-		})
-		rows, err := tx.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			values, err := rows.Values()
-			if err != nil {
-				return err
-			}
-			types[values[2].(string)]++ // aggregate_type
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, row := range claimByHand(t, pool, relay.OrderedClaimArgs{
+		Heads: 10, MaxPerAggregate: 1, MaxEvents: 10, Partitions: 16,
+		LimitTypes: []string{"flood"}, Limits: []int{10}, // quiet: the equal share, 5
+	}) {
+		types[row[2].(string)]++ // aggregate_type
 	}
 	if types["quiet"] != 1 || types["flood"] != 9 {
 		t.Fatalf("claimed %v, want flood 9 and quiet 1", types)
@@ -281,13 +265,30 @@ func TestOrderedClaimCutsTurnByTurn(t *testing.T) {
 func TestSharesFullOnlyWhenATypeHadMore(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	ctx := context.Background()
 	execSQL(t, pool,
 		`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) SELECT gen_random_uuid(), 't' || g, 'a', 'x' FROM generate_series(1, 60) g`,
 		`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type) SELECT gen_random_uuid(), 'deep', 'd' || g, 'x' FROM generate_series(1, 3) g`)
+	rows := claimByHand(t, pool, relay.OrderedClaimArgs{Heads: 100, MaxPerAggregate: 1, MaxEvents: 100, Partitions: 16})
+	if len(rows) == 0 {
+		t.Fatal("the claim took nothing")
+	}
 	var full []string
+	for _, v := range rows[0][len(rows[0])-1].([]any) { // the same on every row
+		full = append(full, v.(string))
+	}
+	if !slices.Equal(full, []string{"deep"}) {
+		t.Fatalf("shares_full %v, want [deep] (61 types, a share of one head each; only deep had more)", full)
+	}
+}
+
+// claimByHand runs one ordered claim (claim_ordered.sql) with a, commits it, and returns
+// its rows' values.
+func claimByHand(t *testing.T, pool *pgxpool.Pool, a relay.OrderedClaimArgs) [][]any {
+	t.Helper()
+	ctx := context.Background()
+	var out [][]any
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		sql, args := relay.OrderedClaimSQL("claim_ordered", relay.OrderedClaimArgs{Heads: 100, MaxPerAggregate: 1, MaxEvents: 100, Partitions: 16})
+		sql, args := relay.OrderedClaimSQL("claim_ordered", a)
 		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -298,17 +299,12 @@ func TestSharesFullOnlyWhenATypeHadMore(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			full = nil
-			for _, v := range values[len(values)-1].([]any) {
-				full = append(full, v.(string))
-			}
+			out = append(out, values)
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(full, []string{"deep"}) {
-		t.Fatalf("shares_full %v, want [deep] (61 types, a share of one head each; only deep had more)", full)
-	}
+	return out
 }

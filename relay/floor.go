@@ -29,7 +29,7 @@ type seen struct {
 	minPending, xmin, xmax, replays int64
 	due                             time.Duration
 	// ordered: the claim is a polling ordered claim, whose last column, read into
-	// sharesFull, names the aggregate types that filled their share of its heads
+	// sharesFull, names the aggregate types that had more heads than their share
 	ordered    bool
 	sharesFull []string
 }

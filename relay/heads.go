@@ -44,14 +44,14 @@ func (r *rotation) args(heads int) (types, ids, limitTypes []string, limits []in
 }
 
 // share sets the limits of the next claim from this one: msgs, what it claimed of
-// heads heads, and full, the types that had as many claimable heads as their limit
+// heads heads, and full, the types that had more claimable heads than their limit
 // (claim_ordered_pick.sql's shares_full). Each type's fair share is heads in proportion
 // to its weight (weights; 1 when not named) among the types of this claim. A type that
 // took less than its limit needs no more: its next limit is twice what it took (at least
-// one: room to grow), at most its fair share. The types that filled theirs split what
-// the others leave, in proportion to their weights, so the claim is full whenever some
-// type has the heads to fill it. A type this claim did not take gets the claim's equal
-// share (no limit), and so does every type when none filled its limit.
+// one: room to grow), at most its fair share. The types that had more split what the
+// others leave, in proportion to their weights, so the claim is full whenever some type
+// has the heads to fill it. A type this claim did not take gets the claim's equal share
+// (no limit), and so does every type when none had more than its limit.
 func (r *rotation) share(msgs []outbox.Message, full []string, heads int, weights map[string]int) {
 	took := map[string]int{}
 	counted := make(map[aggregateKey]bool, len(msgs))
@@ -62,7 +62,7 @@ func (r *rotation) share(msgs []outbox.Message, full []string, heads int, weight
 		}
 	}
 	if len(full) == 0 {
-		// no type wants more than it had: the equal shares did (a limit that is only room
+		// no type had more than its limit: the equal shares did (a limit that is only room
 		// to grow would cut a trickle's claims short, each then followed by another)
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -73,7 +73,7 @@ func (r *rotation) share(msgs []outbox.Message, full []string, heads int, weight
 	for _, t := range full {
 		hungry[t] = true
 		if _, ok := took[t]; !ok {
-			took[t] = 0 // it filled its limit with heads this claim could not lock
+			took[t] = 0 // it had more heads than its limit, none of which this claim could lock
 		}
 	}
 	weight := func(t string) int {

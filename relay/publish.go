@@ -90,10 +90,10 @@ func (b *batcher) publish(ctx context.Context, msgs []outbox.Message, cut *atomi
 				wait.Reset(max(b.cfg.SlowPublish, 4*time.Since(started)) - time.Since(started))
 			}
 		case <-wait.C:
-			if n == 0 && !cut.CompareAndSwap(false, true) {
-				continue // another batch of the slot went on without its calls: wait for a call
-			}
 			if n == 0 {
+				if !cut.CompareAndSwap(false, true) {
+					continue // another batch of the slot went on without its calls: wait for a call
+				}
 				whole = cut
 			}
 			pending := len(calls) - n
