@@ -208,6 +208,11 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 			b.breaker.down(time.Now())
 			return res, err
 		}
+		if running != nil && seqs == nil {
+			// it goes on without slow calls: bring a peer in, as for a full claim (an
+			// ordered relay that is not busy claims with one worker, ADR 0035)
+			b.foundWork()
+		}
 	}
 	if err := failpoint.Inject(failpoint.AfterPublish); err != nil {
 		return res, err
@@ -326,21 +331,21 @@ func (b *batcher) scope(parts []int, share workerShare) claimScope {
 	return s
 }
 
-// ready answers, with one cheap query, whether an idle relay has anything to claim.
-func (b *batcher) ready(ctx context.Context, share workerShare) (bool, error) {
+// ready answers, with one cheap query, whether an idle relay has anything to claim, and
+// whether it is a backlog (more than 64 rows ready in the share).
+func (b *batcher) ready(ctx context.Context, share workerShare) (ready, backlog bool, err error) {
 	var scope []int
 	if b.cfg.Mode == Ordered {
 		c := b.leases.claimable(time.Now(), share)
 		c.done()
 		if len(c.parts) == 0 {
-			return false, nil
+			return false, false, nil
 		}
 		scope = b.scope(c.parts, share).parts
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BatchTimeout)
 	defer cancel()
 	var (
-		ready      bool
 		minPending *int64
 		due        *time.Duration
 		saw        seen
@@ -348,8 +353,8 @@ func (b *batcher) ready(ctx context.Context, share workerShare) (bool, error) {
 	fa := b.floor.args(time.Now(), share.index)
 	p := probeParams{Floor: fa.floor, Replays: fa.replays, Scope: scope, Partitions: b.cfg.Partitions}
 	if err := b.pool.QueryRow(ctx, b.q.probe.SQL, b.q.probe.Args(&p)...).
-		Scan(&ready, &minPending, &saw.xmin, &saw.xmax, &saw.replays, &due); err != nil {
-		return false, fmt.Errorf("probe for work: %w", err)
+		Scan(&ready, &backlog, &minPending, &saw.xmin, &saw.xmax, &saw.replays, &due); err != nil {
+		return false, false, fmt.Errorf("probe for work: %w", err)
 	}
 	if minPending != nil {
 		saw.minPending = *minPending
@@ -358,7 +363,7 @@ func (b *batcher) ready(ctx context.Context, share workerShare) (bool, error) {
 	if due != nil {
 		b.noteDue(fa.sent.Add(*due))
 	}
-	return ready, nil
+	return ready, backlog, nil
 }
 
 // probeParams holds the parameters of probe.sql, bound by name.

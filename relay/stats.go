@@ -58,9 +58,10 @@ type Stats struct {
 	// passed its start-up self-test: wake-ups arrive. False while it starts, after it
 	// gave up (the relay then only polls), and with WakeupPoll.
 	WakeupListening bool
-	// Workers is how many batches the relay runs at once now: Config.Concurrency, or in
-	// Unordered mode with Concurrency unset its share of the default among the live
-	// relays of the schema.
+	// Workers is how many batches the relay may run at once now: Config.Concurrency, or
+	// with Concurrency unset its share of the default among the live relays of the
+	// schema. An ordered relay runs that many only while its claims come back full
+	// (more is waiting than one claim takes), else one (ADR 0035).
 	Workers int
 	// BreakerOpenUntil is until when the breaker keeps the relay off its sink (it found
 	// the sink down); zero while it is closed.
@@ -90,7 +91,7 @@ func (r *Relay) Stats() Stats {
 		LeasesLost: c.leasesLost.Load(), LeasesReleased: c.leasesReleased.Load(), FencedWrites: c.fencedWrites.Load(),
 		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(), PoisonRows: c.poisonRows.Load(), LatePublishes: c.latePublishes.Load(), Claims: c.claims.Load(),
 		WakeupListening:  r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
-		Workers:          r.activeWorkers(),
+		Workers:          r.allowedWorkers(),
 		BreakerOpenUntil: r.batches.breaker.until(),
 	}
 }

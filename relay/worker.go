@@ -24,12 +24,18 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 	afterFull := false // this worker's last claim took all it may: more may be waiting
 	failures := 0      // batches in a row that failed
 	for ctx.Err() == nil {
-		if worker >= r.activeWorkers() { // other relays share the default: wait
+		if worker >= r.activeWorkers() { // other relays share the default, or the relay is not busy: wait
 			if woken { // it went idle before it had to wait: pass the wake-up on
 				r.wake.signal()
 			}
 			woken = false
-			wait(ctx, r.leases.interval(), nil)
+			// an ordered worker is woken when a full claim makes the relay busy (its own
+			// channel); a shared channel's wake-up is left to the workers that claim
+			var busy chan struct{}
+			if r.wake.own != nil {
+				busy = r.wake.of(worker)
+			}
+			wait(ctx, r.leases.interval(), busy)
 			continue
 		}
 		woken = false
@@ -40,15 +46,26 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		if !afterFull {
 			r.coolDown(ctx)
 		}
-		share := workerShare{index: worker, of: r.activeWorkers()}
+		active := r.activeWorkers()
+		if worker >= active { // the relay stopped being busy during the cooldown
+			continue
+		}
+		share := workerShare{index: worker, of: active}
 		probed := false // the probe just ran: it saw what the claim would
 		if probe {
-			ready, err := r.batches.ready(hard, share)
+			ready, backlog, err := r.batches.ready(hard, share)
 			probed = err == nil
 			if err == nil && !ready {
 				r.batches.breaker.inconclusive()
 				woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 				probe = r.probeAfter(woken)
+				continue
+			}
+			if backlog && r.becameBusy() {
+				// the relay was not busy: every worker claims this backlog, each from its
+				// share (a claim over all the partitions would hold them from the others
+				// until it ends, ADR 0035)
+				probe = false
 				continue
 			}
 		}
@@ -90,7 +107,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 				// tells idleWait when a row not yet available (scheduled later, say)
 				// comes due. Its ready answer is not acted on: rows another batch holds
 				// locked look ready, and the wait for a wake-up is what stops a spin.
-				_, _ = r.batches.ready(hard, share)
+				_, _, _ = r.batches.ready(hard, share)
 			}
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 			probe = r.probeAfter(woken)
@@ -164,8 +181,36 @@ func (r *Relay) dealMoved(worker int, parts []int) bool {
 // events/s, against 0.93 with one worker woken).
 func (r *Relay) probeAfter(woken bool) bool { return !woken || r.wake.own != nil }
 
-// activeWorkers is how many of the relay's workers run batches now.
-func (r *Relay) activeWorkers() int { return r.workers.active(int(r.leases.members.Load())) }
+// busyHold is how long an ordered relay keeps all its workers claiming after a claim
+// came back full (ADR 0035).
+const busyHold = time.Second
+
+// becameBusy marks the relay busy (peerWanted) and reports whether that changed the
+// active workers, so the workers' shares: a worker then claims from its new one.
+func (r *Relay) becameBusy() bool {
+	before := r.activeWorkers()
+	r.peerWanted()
+	return r.activeWorkers() != before
+}
+
+// allowedWorkers is how many batches the relay may run at once now: its plan's workers,
+// or its share of the default among the schema's live relays.
+func (r *Relay) allowedWorkers() int { return r.workers.active(int(r.leases.members.Load())) }
+
+// activeWorkers is how many of the relay's workers run batches now: the allowed ones, but
+// in ordered mode with the default Concurrency only one unless the relay is busy (a claim
+// came back full, or a batch went on without a slow call, in the last busyHold). An
+// ordered wake-up reaches every worker, and a trickle's events are in every worker's
+// share: each worker claimed a few of them, a write transaction each, where one claim over
+// all the relay's partitions takes them all (ADR 0035). Unordered workers share one
+// wake-up, which reaches one of them; a Concurrency set is kept as set.
+func (r *Relay) activeWorkers() int {
+	n := r.allowedWorkers()
+	if n > 1 && r.workers.shared && r.cfg.Mode == Ordered && time.Now().UnixNano() >= r.busyUntil.Load() {
+		return 1
+	}
+	return n
+}
 
 // idleWait is how long an idle relay waits for a wake-up before looking again.
 func (r *Relay) idleWait() time.Duration {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
@@ -15,16 +16,17 @@ import (
 	"github.com/outboxkit/outbox/sink/memsink"
 )
 
-// gateSink holds its first Publish call until a second one starts (or hold has passed),
-// and records each call's aggregates.
+// gateSink holds its Publish call number held+1 (the first, by default) until another
+// one starts (the "second") or hold has passed, and records each call's aggregates.
 type gateSink struct {
 	memsink.Sink
 	hold time.Duration
+	held int // calls let through before the one held
 
 	mu          sync.Mutex
 	calls       [][]aggregateKey
-	second      chan struct{} // closed when the second call starts
-	firstOver   bool          // the first call had returned when the second started
+	second      chan struct{} // closed when the call after the held one starts
+	firstOver   bool          // the held call had returned when the next started
 	firstReturn bool
 }
 
@@ -35,7 +37,7 @@ func (s *gateSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	}
 	s.mu.Lock()
 	s.calls = append(s.calls, keys)
-	n := len(s.calls)
+	n := len(s.calls) - s.held
 	if n == 2 {
 		s.firstOver = s.firstReturn
 		close(s.second)
@@ -56,29 +58,64 @@ func (s *gateSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
 // published, the other claims the rest of the backlog. Claiming from the same partitions,
 // the second claim took the same heads as the first, found them locked, and came back
 // empty (and, once the first had committed, spent seconds re-checking each of them) —
-// with fewer aggregates than a claim's heads, the relay ran one batch at a time.
+// with fewer aggregates than a claim's heads, the relay ran one batch at a time. With the
+// default Concurrency the second worker joins once the relay is busy (ADR 0035). A relay
+// started on a backlog claims its first batch before it knows: over every partition, so
+// the two in flight are the batches after it (one is let through). A relay woken on a
+// backlog learns it from its probe, and both workers claim from the first batch on: a
+// first claim over every partition held them all from the second worker until it ended.
 func TestOrderedWorkersClaimDifferentAggregates(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name                                     string
+		aggregates, batchSize, concurrency, held int
+		woken                                    bool
+	}{
+		{"Concurrency 2", 40, 100, 2, 0, false}, // more heads than aggregates: one claim could take them all
+		// more aggregates in each worker's share than a claim takes: each worker claims twice
+		{"the default, started on a backlog", 100, 20, 0, 1, false},
+		{"the default, woken on a backlog", 100, 20, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			orderedWorkersClaimDifferentAggregates(t, tc.aggregates, tc.batchSize, tc.concurrency, tc.held, tc.woken)
+		})
+	}
+}
+
+func orderedWorkersClaimDifferentAggregates(t *testing.T, n, batchSize, concurrency, held int, woken bool) {
 	pool := pgtest.Pool(t)
-	enqueue(t, pool, aggregates("w", 40), 5)
-	sink := &gateSink{hold: 15 * time.Second, second: make(chan struct{})}
+	if !woken {
+		enqueue(t, pool, aggregates("w", n), 5)
+	}
+	sink := &gateSink{hold: 15 * time.Second, held: held, second: make(chan struct{})}
 	cfg := fastConfig()
 	cfg.Mode = relay.Ordered
-	cfg.BatchSize = 100  // more heads than aggregates: one claim could take them all
+	cfg.BatchSize = batchSize
 	cfg.PublishCalls = 1 // a batch is one call: a second call is a second batch
 	cfg.SlowPublish = time.Minute
 	cfg.BatchTimeout = time.Minute
+	cfg.Concurrency = concurrency
+	if woken {
+		cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	}
 	r := newRelay(t, pool, sink, cfg)
 	if got := r.Stats().Workers; got != 2 {
-		t.Fatalf("Workers = %d, want the ordered default 2", got)
+		t.Fatalf("Workers = %d, want 2", got)
 	}
 	start(t, r)
+	if woken {
+		waitSQL(t, pool, 10*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+		time.Sleep(100 * time.Millisecond) // the start's claims and probes are done: idle
+		enqueue(t, pool, aggregates("w", n), 5)
+		r.Wake()
+	}
 	select {
 	case <-sink.second:
 	case <-time.After(sink.hold):
 		t.Fatal("no second batch was published while the first was held")
 	}
-	msgs := waitFor(t, &sink.Sink, 30*time.Second, "every event", counted(200, func(outbox.Message) bool { return true }))
+	msgs := waitFor(t, &sink.Sink, 30*time.Second, "every event", counted(n*5, func(outbox.Message) bool { return true }))
 	checkOrder(t, msgs)
 
 	sink.mu.Lock()
@@ -87,10 +124,10 @@ func TestOrderedWorkersClaimDifferentAggregates(t *testing.T) {
 		t.Fatal("the second batch started only after the first returned")
 	}
 	first := map[aggregateKey]bool{}
-	for _, k := range sink.calls[0] {
+	for _, k := range sink.calls[held] {
 		first[k] = true
 	}
-	for _, k := range sink.calls[1] {
+	for _, k := range sink.calls[held+1] {
 		if first[k] {
 			t.Fatalf("aggregate %s is in both batches in flight", k)
 		}
@@ -137,19 +174,80 @@ func TestOrderedTrickleClaimsOncePerWakeUp(t *testing.T) {
 	}
 }
 
-// startWokenOnly starts an ordered relay of the default two workers that listens for
+// startWokenOnly starts an ordered relay of two workers that listens for
 // wake-ups and polls only once an hour, and returns it with a Notifier on pool.
 func startWokenOnly(t *testing.T, pool *pgxpool.Pool, sink outbox.Sink) (*relay.Relay, *outbox.Notifier) {
 	t.Helper()
 	cfg := slowPollConfig()
 	cfg.Mode = relay.Ordered
 	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
-	cfg.Wakeup = "" // the default: listen
+	cfg.Wakeup = ""     // the default: listen
+	cfg.Concurrency = 2 // two workers whether busy or not (ADR 0035)
 	r := newRelay(t, pool, sink, cfg)
-	if got := r.Stats().Workers; got != 2 {
-		t.Fatalf("Workers = %d, want the ordered default 2", got)
-	}
 	start(t, r)
 	waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
 	return r, newNotifier(t, pool)
+}
+
+// An ordered relay that is not busy claims with one worker (ADR 0035). Each of its
+// workers claims from its own share of the partitions and each is woken, so a trickle
+// whose commits land in both shares cost a claim transaction per worker: events written
+// two at a time, one in each share, took two claims a pair. One worker claiming for the
+// whole relay takes both in one claim. The relay starts busy (a backlog larger than a
+// claim brings the second worker in, and both drain it) and claims with one worker again
+// once no claim has come back full for a second.
+func TestOrderedRelayNotBusyClaimsWithOneWorker(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	sink := &memsink.Sink{}
+	enqueue(t, pool, aggregates("busy", 60), 1)
+	cfg := slowPollConfig()
+	cfg.Mode = relay.Ordered
+	cfg.BatchSize = 10 // the backlog takes full claims
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	cfg.Wakeup = "" // the default: listen
+	r := newRelay(t, pool, sink, cfg)
+	start(t, r)
+	waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
+	waitFor(t, sink, 30*time.Second, "the backlog", counted(60, func(outbox.Message) bool { return true }))
+	if got := r.Stats().Workers; got != 2 {
+		t.Fatalf("Workers = %d, want the ordered default 2", got)
+	}
+	time.Sleep(1500 * time.Millisecond) // no full claim for longer than the relay stays busy
+
+	// aggregate ids in the shares of worker 0 and worker 1: the relay leases all 16
+	// partitions, dealt out by position (even ones to worker 0)
+	var inShare [2][]string
+	for i := 0; len(inShare[0]) < 10 || len(inShare[1]) < 10; i++ {
+		id := fmt.Sprintf("pair-%d", i)
+		p := queryInt(t, pool, "SELECT outbox.partition_of('order', $1)", id)
+		w := p * 16 / 4096 % 2
+		inShare[w] = append(inShare[w], id)
+	}
+	n := newNotifier(t, pool)
+	before := r.Stats().Claims
+	const pairs = 10
+	for i := range pairs {
+		ids := []string{inShare[0][i], inShare[1][i]}
+		err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error {
+			for _, id := range ids {
+				if err := outbox.Enqueue(t.Context(), outbox.PgxTx(tx), outbox.Event{
+					AggregateType: "order", AggregateID: id, EventType: "order.changed", Payload: []byte(`{}`),
+				}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, n.AfterCommit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			waitFor(t, sink, wakeDeadline, id, delivered(id))
+		}
+		time.Sleep(20 * time.Millisecond) // every probe has answered
+	}
+	if claims := r.Stats().Claims - before; claims > pairs*3/2 {
+		t.Fatalf("%d claim transactions for %d pairs of events, one in each worker's share, want at most %d", claims, pairs, pairs*3/2)
+	}
 }

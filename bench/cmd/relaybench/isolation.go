@@ -174,7 +174,7 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 	}
 	child, err := startChild(ctx, childConfig{
 		DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts,
-		Relay: relay.Config{ClaimCooldown: b.o.isolationCooldown},
+		Relay: relay.Config{ClaimCooldown: b.o.isolationCooldown, Retention: relay.Retention{Mode: relay.RetentionMode(b.o.isolationRetention)}},
 	})
 	if err != nil {
 		return isolationResult{}, err
@@ -444,6 +444,9 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	p("### Isolation: one aggregate's trouble stays its own\n\n")
 	p("A producer commits a trickle of events, one per transaction (`outbox.Enqueue` through 4 connections, `Notifier.AfterCommit` after each), for %s; ", b.o.latencyDuration)
 	p("relays with default settings (ordered, BatchSize 100, MaxPerAggregate 10, listening) run in a child process with a sink that records when each message arrives. ")
+	if b.o.isolationRetention != "" {
+		p("The relays' retention mode: %s. ", b.o.isolationRetention)
+	}
 	p("Latency runs from just before the trickle's COMMIT to the sink, as in the latency part. %s after the trickle starts, the trouble starts: ", isolationLead)
 	p("**flood**: %d events of type `flood` over 1,000 aggregates, 100 a transaction through `Enqueue` on 4 connections, over %s, while the trickle is type `quiet` at 50 events/s over 50 aggregates; ", b.o.isolationFlood, b.o.isolationFloodTime)
 	p("**hot**: one aggregate's %d events in one statement, while the trickle is 200 events/s over %d other aggregates; ", b.o.isolationHot, b.o.aggregates)

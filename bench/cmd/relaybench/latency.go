@@ -38,16 +38,17 @@ const (
 // how it learns of new events, the plain-SQL follow loop, or nothing (the producer
 // alone, for its own transaction times).
 type wakePath struct {
-	name     string
-	key      string // names the path in -latency-paths
-	notifier bool   // the producer calls a Notifier's AfterCommit after each commit
-	trigger  bool   // the NOTIFY trigger is installed
-	wakeup   relay.Wakeup
-	poll     time.Duration // 0: the relay's default PollInterval
-	cooldown time.Duration // the relay's ClaimCooldown; 0: the default
-	loop     time.Duration // > 0: the plain-SQL follow loop polling this often, not a relay
-	none     bool          // no relay: the producer alone
-	cdc      bool          // a cdc.Source beside the relay, on a slot of its own (part cdc)
+	name        string
+	key         string // names the path in -latency-paths
+	notifier    bool   // the producer calls a Notifier's AfterCommit after each commit
+	trigger     bool   // the NOTIFY trigger is installed
+	wakeup      relay.Wakeup
+	poll        time.Duration // 0: the relay's default PollInterval
+	cooldown    time.Duration // the relay's ClaimCooldown; 0: the default
+	concurrency int           // the relay's Concurrency; 0: the default
+	loop        time.Duration // > 0: the plain-SQL follow loop polling this often, not a relay
+	none        bool          // no relay: the producer alone
+	cdc         bool          // a cdc.Source beside the relay, on a slot of its own (part cdc)
 	// tableless: the producer writes with outbox.Writer.Emit, read from the path's slot
 	// (cdc set): no rows
 	tableless bool
@@ -61,6 +62,7 @@ var wakePaths = []wakePath{
 	loopPath,
 	{name: "default: Notifier after commit + LISTEN", key: "default", notifier: true, wakeup: relay.WakeupListen},
 	{name: "default without the claim cooldown", key: "nocooldown", notifier: true, wakeup: relay.WakeupListen, cooldown: -1},
+	{name: "default, Concurrency 1", key: "c1", notifier: true, wakeup: relay.WakeupListen, concurrency: 1},
 	{name: "NOTIFY trigger + LISTEN", key: "trigger", trigger: true, wakeup: relay.WakeupListen},
 	{name: "NOTIFY trigger without the claim cooldown", key: "trigger-nocooldown", trigger: true, wakeup: relay.WakeupListen, cooldown: -1},
 	{name: "polling only, PollInterval 10ms", key: "poll10", wakeup: relay.WakeupPoll, poll: 10 * time.Millisecond},
@@ -151,7 +153,7 @@ func (b *bench) latencyRun(ctx context.Context, path wakePath, rate int) (latenc
 	}
 	c, err := startChild(ctx, childConfig{
 		DSN: b.o.dsn, DB: b.o.database, Instances: 1, Sink: sinkRecord, Receipts: receipts, FollowLoop: path.loop,
-		Relay: relay.Config{Wakeup: path.wakeup, PollInterval: path.poll, ClaimCooldown: path.cooldown}, CDC: slot,
+		Relay: relay.Config{Wakeup: path.wakeup, PollInterval: path.poll, ClaimCooldown: path.cooldown, Concurrency: path.concurrency}, CDC: slot,
 	})
 	if err != nil {
 		return latencyResult{}, err
@@ -459,11 +461,11 @@ func (b *bench) latencyReport(results []latencyResult) partReport {
 	p := func(format string, args ...any) { fmt.Fprintf(&md, format, args...) }
 	p("### Commit → publish latency\n\n")
 	p("A producer process commits one event per business transaction (`UPDATE accounts …` + `outbox.Enqueue`, %d workers on an open schedule) at a steady rate for %s; ", producerWorkers, b.o.latencyDuration)
-	p("one relay (default settings: ordered, BatchSize 100, MaxPerAggregate 10, Concurrency 2) runs in a child process with a sink that records when each message arrives. ")
+	p("one relay (default settings: ordered, BatchSize 100, MaxPerAggregate 10, Concurrency 2, the second worker only while busy) runs in a child process with a sink that records when each message arrives. ")
 	p("Latency = the sink's receipt time − the time stamped just before the producer sent COMMIT, both `time.Now()` wall clock on one machine, joined by event id (the commit's own time counts against the relay, as a peer harness measures it). ")
 	p("Paths: the producer alone (no relay: its own transaction times), the plain-SQL follow loop (`UPDATE … SET published_at = now() WHERE seq IN (SELECT … ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING id` every 10 ms, again at once while a poll fills a statement: the reference), ")
 	p("the default (the producer calls `outbox.Notifier.AfterCommit` after each commit, the relay LISTENs), the opt-in trigger (`relay.InstallNotifyTrigger`, relay LISTENs), ")
-	p("the default and the trigger with `ClaimCooldown` negative (no cooldown: a claim per wake-up), and polling only (`Wakeup: WakeupPoll`) at PollInterval 10ms and at the relay's default PollInterval (500ms). ")
+	p("the default and the trigger with `ClaimCooldown` negative (no cooldown: a claim per wake-up), the default with `Concurrency: 1` (one worker, busy or not), and polling only (`Wakeup: WakeupPoll`) at PollInterval 10ms and at the relay's default PollInterval (500ms). ")
 	if b.o.latencyDrained > 0 {
 		p("Before every run, %d events were inserted and all marked published by one UPDATE, then `ANALYZE`, no `VACUUM` (a drained backlog between autovacuum runs: its dead index entries stay); once the relay (or loop) started, 100 events of 100 aggregates were written and the time until they were published is the warm-up column (a relay that starts on a drained backlog reads its dead entries once). ", b.o.latencyDrained)
 	}

@@ -3,8 +3,10 @@
 -- @replays: claim_floor.sql's (relay/batch.go's probeParams binds them by name).
 -- An idle relay asks this one cheap question (a walk of events_pending from the lowest
 -- pending row claim_floor.sql found) instead of opening a claim transaction; a true
--- answer is followed by a claim. After the answer, claim_seen.sql's columns: an idle
--- relay's floor moves on too.
+-- answer is followed by a claim. Then backlog: more than 64 rows are ready in scope (an
+-- ordered relay that is not busy runs all its workers from this claim on: ADR 0035; a
+-- walk of at most 65 of them). After those, claim_seen.sql's columns: an idle relay's
+-- floor moves on too.
 {{include claim_floor}}
 ready AS MATERIALIZED (
     SELECT CASE
@@ -30,5 +32,14 @@ ready AS MATERIALIZED (
                     LIMIT 1000) r
               WHERE NOT (SELECT everything FROM paused))
     END AS ready
+), backlog AS MATERIALIZED (
+    SELECT count(*) > 64 AS yes FROM (
+        SELECT 1 FROM {{schema}}.events
+        WHERE (SELECT ready FROM ready)
+          AND published_at IS NULL AND dead_at IS NULL AND available_at <= now()
+          AND seq >= (SELECT min_pending FROM seen)
+          AND (@scope::int[] IS NULL OR partition * @partitions::int / 4096 = ANY(@scope::int[]))
+        ORDER BY seq
+        LIMIT 65) b
 )
-SELECT (SELECT ready FROM ready), {{include claim_seen}}
+SELECT (SELECT ready FROM ready), (SELECT yes FROM backlog), {{include claim_seen}}
