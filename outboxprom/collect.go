@@ -40,7 +40,7 @@ var relayCounters = []counterMetric{
 }
 
 var (
-	descWorkers   = prometheus.NewDesc("outbox_relay_workers", "Batches the relay runs at once now.", nil, nil)
+	descWorkers   = prometheus.NewDesc("outbox_relay_workers", "Batches the relay may run at once now (an ordered relay with the default concurrency runs one until busy).", nil, nil)
 	descListening = prometheus.NewDesc("outbox_wakeup_listening", "1 when the wake-up listener passed its self-test.", nil, nil)
 	descBreaker   = prometheus.NewDesc("outbox_breaker_open", "1 while the breaker keeps the relay off its sink (the sink was found down).", nil, nil)
 	descUp        = prometheus.NewDesc("outbox_database_up", "1 when the last read of the database gauges succeeded.", nil, nil)

@@ -208,7 +208,7 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 			b.breaker.down(time.Now())
 			return res, err
 		}
-		if running != nil && seqs == nil {
+		if running != nil && seqs == nil && b.cfg.Mode == Ordered {
 			// it goes on without slow calls: bring a peer in, as for a full claim (an
 			// ordered relay that is not busy claims with one worker, ADR 0035)
 			b.foundWork()
@@ -332,8 +332,8 @@ func (b *batcher) scope(parts []int, share workerShare) claimScope {
 }
 
 // ready answers, with one cheap query, whether an idle relay has anything to claim, and
-// whether it is a backlog (more than 64 rows ready in the share).
-func (b *batcher) ready(ctx context.Context, share workerShare) (ready, backlog bool, err error) {
+// when askBacklog whether it is a backlog (more than 64 rows ready in the share).
+func (b *batcher) ready(ctx context.Context, share workerShare, askBacklog bool) (ready, backlog bool, err error) {
 	var scope []int
 	if b.cfg.Mode == Ordered {
 		c := b.leases.claimable(time.Now(), share)
@@ -351,7 +351,7 @@ func (b *batcher) ready(ctx context.Context, share workerShare) (ready, backlog 
 		saw        seen
 	)
 	fa := b.floor.args(time.Now(), share.index)
-	p := probeParams{Floor: fa.floor, Replays: fa.replays, Scope: scope, Partitions: b.cfg.Partitions}
+	p := probeParams{Floor: fa.floor, Replays: fa.replays, Scope: scope, Partitions: b.cfg.Partitions, Backlog: askBacklog}
 	if err := b.pool.QueryRow(ctx, b.q.probe.SQL, b.q.probe.Args(&p)...).
 		Scan(&ready, &backlog, &minPending, &saw.xmin, &saw.xmax, &saw.replays, &due); err != nil {
 		return false, false, fmt.Errorf("probe for work: %w", err)
@@ -372,6 +372,7 @@ type probeParams struct {
 	Replays    int64 `sql:"replays"`
 	Scope      []int `sql:"scope"` // nil: all
 	Partitions int   `sql:"partitions"`
+	Backlog    bool  `sql:"backlog"` // whether to answer backlog
 }
 
 // settleAttempts bounds the retries of a settle statement that hit a serialization

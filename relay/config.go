@@ -111,9 +111,9 @@ type Config struct {
 	// at once (in ordered mode, while one is being published or waits for a slow call,
 	// the other claims and publishes other aggregates; the relay's partitions are dealt
 	// out among its workers, so two batches never read the same aggregates, ADR 0024;
-	// an ordered relay runs the second only while busy — a claim came back full or a
-	// batch went on without a slow call in the last second — else one claim takes a
-	// trickle's events from all its partitions, ADR 0035),
+	// an ordered relay runs the second only while busy — in the last second a claim came
+	// back full, a batch went on without a slow call, or a probe found a backlog — else
+	// one claim takes a trickle's events from all its partitions, ADR 0035),
 	// relays that find others alive (they announce themselves in relay_members every
 	// LeaseTTL/3) run 1 each: many batch transactions at once on a small server lose more
 	// than they gain (ADR 0006, ADR 0027). 1 on a pool of fewer than 4 connections (half

@@ -18,6 +18,7 @@ func cooldownConfig(mode relay.Mode, cooldown time.Duration) *relay.Config {
 	cfg.ClaimCooldown = cooldown
 	cfg.PollInterval = 5 * time.Second
 	cfg.FallbackPollInterval = 5 * time.Second
+	cfg.Concurrency = 2 // two workers claiming, busy or not (ADR 0035), as the bounds count
 	return cfg
 }
 

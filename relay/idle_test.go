@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/relay"
@@ -30,22 +32,13 @@ func idleRelayCost(t *testing.T, mode relay.Mode) {
 	sink := &memsink.Sink{}
 	r := newRelay(t, relayPool, sink, &relay.Config{Mode: mode})
 	start(t, r)
-	// Settle in: leases taken (ordered) or membership announced (unordered), listener
-	// self-tested.
-	if mode == relay.Ordered {
-		waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
-	} else {
+	// Settle in: membership announced (unordered; idleQueries waits for the leases and
+	// the listener).
+	if mode == relay.Unordered {
 		waitSQL(t, pool, 20*time.Second, 1, `SELECT count(*) FROM outbox.relay_members WHERE owner = $1`, r.Owner())
 	}
-	waitUntil(t, 10*time.Second, "the listener to come up", func() bool { return r.Stats().WakeupListening })
-	// the listener's self-test notification wakes the workers: their claims and probes
-	// follow it by a few milliseconds, and counted in the window they made an idle
-	// unordered relay's 7 queries 11 to 13 in some runs
-	time.Sleep(time.Second) //nolint:forbidigo // the start-up's queries end
-	before := queries.n.Load()
 	const window = 10 * time.Second
-	time.Sleep(window) //nolint:forbidigo // the idle window is what is measured
-	n := queries.n.Load() - before
+	n := idleQueries(t, pool, r, queries, window)
 	t.Logf("idle relay: %d queries in %s", n, window)
 	if float64(n) > window.Seconds() {
 		t.Fatalf("idle relay sent %d queries in %s, want at most 1 per second", n, window)
@@ -62,4 +55,41 @@ func idleRelayCost(t *testing.T, mode relay.Mode) {
 	began := time.Now()
 	waitFor(t, sink, 3*time.Second, "the notified event", func(m []outbox.Message) bool { return len(m) == 1 })
 	t.Logf("woken and published %s after the notify", time.Since(began))
+}
+
+// An ordered relay beside a backlog its claims cannot take — events held behind a dead
+// one — stays idle: its probe reports the backlog, and the first report makes the relay
+// busy (ADR 0035), but a report while busy wakes no worker again. When every such report
+// woke the workers, each worker probed and claimed nothing in a tight loop.
+func TestIdleRelayBesideAHeldBacklogDoesNotSpin(t *testing.T) {
+	t.Parallel()
+	connString := pgtest.ConnString(t, nil)
+	pool := pgtest.PoolFor(t, connString)
+	enqueue(t, pool, []string{"held"}, 101)
+	execSQL(t, pool, `UPDATE outbox.events SET dead_at = now(), attempts = 1, last_error = 'refused'
+		WHERE seq = (SELECT min(seq) FROM outbox.events)`)
+	relayPool, queries := countedPool(t, connString)
+	r := newRelay(t, relayPool, &memsink.Sink{}, &relay.Config{Mode: relay.Ordered})
+	start(t, r)
+	const window = 5 * time.Second
+	if n := idleQueries(t, pool, r, queries, window); float64(n) > 2*window.Seconds() {
+		t.Fatalf("a relay beside a held backlog sent %d queries in %s, want at most 2 per second", n, window)
+	}
+}
+
+// idleQueries counts the queries r sends through its counted pool in window, once it has
+// settled in: leases taken (ordered), listener self-tested, and a second more. The
+// self-test's notification wakes the workers, and their claims and probes follow it by a
+// few milliseconds: counted in the window, they made an idle unordered relay's 7 queries
+// 11 to 13 in some runs.
+func idleQueries(t *testing.T, pool *pgxpool.Pool, r *relay.Relay, queries *queryCounter, window time.Duration) int64 {
+	t.Helper()
+	if r.Config().Mode == relay.Ordered {
+		waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+	}
+	waitUntil(t, 10*time.Second, "the listener to come up", func() bool { return r.Stats().WakeupListening })
+	time.Sleep(time.Second) //nolint:forbidigo // the start-up's queries end
+	before := queries.n.Load()
+	time.Sleep(window) //nolint:forbidigo // the idle window is what is measured
+	return queries.n.Load() - before
 }

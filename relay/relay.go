@@ -39,8 +39,9 @@ type Relay struct {
 	// the claim cooldown runs from there (Relay.coolDown). 0: none yet.
 	lastCaughtUp atomic.Int64
 	// busyUntil is until when (unix ns) an ordered relay runs all the workers its plan
-	// allows: a claim came back full (more was waiting) less than busyHold ago. After
-	// that one worker claims for the relay (Relay.activeWorkers, ADR 0035).
+	// allows: less than busyHold ago a claim came back full, a batch went on without a
+	// slow call, or a probe found a backlog (peerWanted). After that one worker claims
+	// for the relay (Relay.activeWorkers, ADR 0035).
 	busyUntil atomic.Int64
 	workers   workerPlan
 
@@ -98,8 +99,9 @@ func (r *Relay) workFound() { r.wake.signal() }
 
 // peerWanted brings an idle worker in to claim the next batch while a batch that found
 // work is published, so one wake-up (a notification, Wake) sets every worker to a
-// backlog, not just the one it reached. The claim came back full: the relay is busy,
-// and every worker its plan allows claims for busyHold from now.
+// backlog, not just the one it reached. More is waiting than one worker keeps up with
+// (a full claim, a slow call, a backlog found): the relay is busy, and every worker its
+// plan allows claims for busyHold from now.
 func (r *Relay) peerWanted() {
 	r.busyUntil.Store(time.Now().Add(busyHold).UnixNano())
 	if r.activeWorkers() > 1 {

@@ -60,8 +60,9 @@ type Stats struct {
 	WakeupListening bool
 	// Workers is how many batches the relay may run at once now: Config.Concurrency, or
 	// with Concurrency unset its share of the default among the live relays of the
-	// schema. An ordered relay runs that many only while its claims come back full
-	// (more is waiting than one claim takes), else one (ADR 0035).
+	// schema. With Concurrency unset, an ordered relay runs that many only while busy
+	// (in the last second a claim came back full, a batch went on without a slow call,
+	// or a probe found a backlog), else one (ADR 0035).
 	Workers int
 	// BreakerOpenUntil is until when the breaker keeps the relay off its sink (it found
 	// the sink down); zero while it is closed.

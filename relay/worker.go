@@ -23,12 +23,17 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 	woken := false     // the last idle wait ended on a wake-up
 	afterFull := false // this worker's last claim took all it may: more may be waiting
 	failures := 0      // batches in a row that failed
+	claiming := false  // this worker was among the active ones when it last looked
 	for ctx.Err() == nil {
 		if worker >= r.activeWorkers() { // other relays share the default, or the relay is not busy: wait
-			if woken { // it went idle before it had to wait: pass the wake-up on
+			// It went idle before it had to wait: pass the wake-up on. So does a worker
+			// that just stopped claiming: its share is another worker's now, which may
+			// have looked at its old share since the last wake-up (the relay stopped
+			// being busy between the two) and would wait for the next one.
+			if woken || claiming {
 				r.wake.signal()
 			}
-			woken = false
+			woken, claiming = false, false
 			// an ordered worker is woken when a full claim makes the relay busy (its own
 			// channel); a shared channel's wake-up is left to the workers that claim
 			var busy chan struct{}
@@ -46,14 +51,15 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		if !afterFull {
 			r.coolDown(ctx)
 		}
-		active := r.activeWorkers()
-		if worker >= active { // the relay stopped being busy during the cooldown
+		claiming = true
+		n := r.activeWorkers()
+		if worker >= n { // the relay stopped being busy during the cooldown
 			continue
 		}
-		share := workerShare{index: worker, of: active}
+		share := workerShare{index: worker, of: n}
 		probed := false // the probe just ran: it saw what the claim would
 		if probe {
-			ready, backlog, err := r.batches.ready(hard, share)
+			ready, backlog, err := r.batches.ready(hard, share, r.mayGetBusy(n))
 			probed = err == nil
 			if err == nil && !ready {
 				r.batches.breaker.inconclusive()
@@ -107,7 +113,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 				// tells idleWait when a row not yet available (scheduled later, say)
 				// comes due. Its ready answer is not acted on: rows another batch holds
 				// locked look ready, and the wait for a wake-up is what stops a spin.
-				_, _, _ = r.batches.ready(hard, share)
+				_, _, _ = r.batches.ready(hard, share, false)
 			}
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
 			probe = r.probeAfter(woken)
@@ -185,12 +191,20 @@ func (r *Relay) probeAfter(woken bool) bool { return !woken || r.wake.own != nil
 // came back full (ADR 0035).
 const busyHold = time.Second
 
-// becameBusy marks the relay busy (peerWanted) and reports whether that changed the
-// active workers, so the workers' shares: a worker then claims from its new one.
+// mayGetBusy reports whether active workers, of more allowed, would be more if the
+// relay were busy: whether a probe should ask if it found a backlog.
+func (r *Relay) mayGetBusy(active int) bool { return active < r.allowedWorkers() }
+
+// becameBusy marks the relay busy and wakes the other workers (peerWanted), and reports
+// true, when that changes the active workers, so the workers' shares: a worker then
+// claims from its new one. Busy already, it does nothing: a backlog the claims cannot
+// take (rows after a dead event, say) must not wake the workers after every probe.
 func (r *Relay) becameBusy() bool {
-	before := r.activeWorkers()
+	if !r.mayGetBusy(r.activeWorkers()) {
+		return false
+	}
 	r.peerWanted()
-	return r.activeWorkers() != before
+	return true
 }
 
 // allowedWorkers is how many batches the relay may run at once now: its plan's workers,

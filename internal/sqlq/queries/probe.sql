@@ -3,10 +3,10 @@
 -- @replays: claim_floor.sql's (relay/batch.go's probeParams binds them by name).
 -- An idle relay asks this one cheap question (a walk of events_pending from the lowest
 -- pending row claim_floor.sql found) instead of opening a claim transaction; a true
--- answer is followed by a claim. Then backlog: more than 64 rows are ready in scope (an
--- ordered relay that is not busy runs all its workers from this claim on: ADR 0035; a
--- walk of at most 65 of them). After those, claim_seen.sql's columns: an idle relay's
--- floor moves on too.
+-- answer is followed by a claim. Then, when @backlog asks, whether it is a backlog: more
+-- than 64 rows ready in scope among the first 256 ready ones, nothing paused (an ordered
+-- relay that is not busy runs all its workers from this claim on: ADR 0035). After
+-- those, claim_seen.sql's columns: an idle relay's floor moves on too.
 {{include claim_floor}}
 ready AS MATERIALIZED (
     SELECT CASE
@@ -33,13 +33,15 @@ ready AS MATERIALIZED (
               WHERE NOT (SELECT everything FROM paused))
     END AS ready
 ), backlog AS MATERIALIZED (
-    SELECT count(*) > 64 AS yes FROM (
-        SELECT 1 FROM {{schema}}.events
-        WHERE (SELECT ready FROM ready)
-          AND published_at IS NULL AND dead_at IS NULL AND available_at <= now()
-          AND seq >= (SELECT min_pending FROM seen)
-          AND (@scope::int[] IS NULL OR partition * @partitions::int / 4096 = ANY(@scope::int[]))
-        ORDER BY seq
-        LIMIT 65) b
+    -- asked for (@backlog) and nothing paused: more than 64 of the first 256 ready rows
+    -- from the floor are in scope (a bounded read: past it, false)
+    SELECT count(*) FILTER (WHERE @scope::int[] IS NULL OR b.partition * @partitions::int / 4096 = ANY(@scope::int[])) > 64 AS yes
+    FROM (SELECT e.partition FROM {{schema}}.events e
+          WHERE @backlog::boolean AND (SELECT ready FROM ready)
+            AND cardinality((SELECT types FROM paused)) = 0 AND cardinality((SELECT parts FROM paused)) = 0
+            AND e.published_at IS NULL AND e.dead_at IS NULL AND e.available_at <= now()
+            AND e.seq >= (SELECT min_pending FROM seen)
+          ORDER BY e.seq
+          LIMIT 256) b
 )
 SELECT (SELECT ready FROM ready), (SELECT yes FROM backlog), {{include claim_seen}}
