@@ -93,3 +93,33 @@ func idleQueries(t *testing.T, pool *pgxpool.Pool, r *relay.Relay, queries *quer
 	time.Sleep(window) //nolint:forbidigo // the idle window is what is measured
 	return queries.n.Load() - before
 }
+
+// A relay that is not busy, woken on a backlog while its sink is down, drains it once the
+// sink is back. A by-seq batch (the CDC path) found the sink down and woke the workers; a
+// worker passed the breaker as its probe, then its own probe found the backlog and sent
+// it round again to claim from its new share (ADR 0035). Without giving the breaker's
+// probe back, no batch ever ended it, and the relay claimed nothing more, with polls an
+// hour apart (cdc's TestSinkOutageUnderCDC: 20 of 120 events after 30 s).
+func TestBacklogFoundDuringAnOutageDrainsAfterIt(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	sink := &memsink.Sink{}
+	cfg := fastConfig()
+	cfg.Mode = relay.Ordered
+	cfg.Wakeup = relay.WakeupPoll
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	r := newRelay(t, pool, sink, cfg)
+	start(t, r)
+	waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+	time.Sleep(100 * time.Millisecond) // the start's claims are done: idle
+	sink.SetDown(true)
+	ids := aggregates("during", 100)
+	enqueue(t, pool, ids, 1)
+	if _, err := r.PublishSeqs(t.Context(), seqsOf(t, pool, ids...)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the breaker to open", func() bool { return r.Stats().BreakerOpens > 0 })
+	time.Sleep(time.Second) //nolint:forbidigo // several of the breaker's probes
+	sink.SetDown(false)
+	waitFor(t, sink, 10*time.Second, "the backlog written during the outage", distinct(100))
+}

@@ -54,6 +54,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		claiming = true
 		n := r.activeWorkers()
 		if worker >= n { // the relay stopped being busy during the cooldown
+			r.skipTurn()
 			continue
 		}
 		share := workerShare{index: worker, of: n}
@@ -72,6 +73,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 				// share (a claim over all the partitions would hold them from the others
 				// until it ends, ADR 0035)
 				probe = false
+				r.skipTurn()
 				continue
 			}
 		}
@@ -190,6 +192,15 @@ func (r *Relay) probeAfter(woken bool) bool { return !woken || r.wake.own != nil
 // busyHold is how long an ordered relay keeps all its workers claiming after a claim
 // came back full (ADR 0035).
 const busyHold = time.Second
+
+// skipTurn is for a worker that passed the breaker (acquire) and runs no batch after all:
+// with the breaker open, it held the breaker's one probe, which no batch would then end
+// (the breaker waited for it forever, and the sink's outage never ended for the relay).
+func (r *Relay) skipTurn() {
+	if r.batches.breaker.open() {
+		r.batches.breaker.inconclusive()
+	}
+}
 
 // mayGetBusy reports whether active workers, of more allowed, would be more if the
 // relay were busy: whether a probe should ask if it found a backlog.
