@@ -189,8 +189,8 @@ func (r *Relay) dealMoved(worker int, parts []int) bool {
 // events/s, against 0.93 with one worker woken).
 func (r *Relay) probeAfter(woken bool) bool { return !woken || r.wake.own != nil }
 
-// busyHold is how long an ordered relay keeps all its workers claiming after a claim
-// came back full (ADR 0035).
+// busyHold is how long an ordered relay keeps all its workers claiming after it was last
+// found busy (peerWanted; ADR 0035).
 const busyHold = time.Second
 
 // skipTurn is for a worker that passed the breaker (acquire) and runs no batch after all:
@@ -223,8 +223,9 @@ func (r *Relay) becameBusy() bool {
 func (r *Relay) allowedWorkers() int { return r.workers.active(int(r.leases.members.Load())) }
 
 // activeWorkers is how many of the relay's workers run batches now: the allowed ones, but
-// in ordered mode with the default Concurrency only one unless the relay is busy (a claim
-// came back full, or a batch went on without a slow call, in the last busyHold). An
+// in ordered mode with the default Concurrency only one unless the relay is busy (in the
+// last busyHold a claim came back full, a batch went on without a slow call, or a probe
+// found a backlog). An
 // ordered wake-up reaches every worker, and a trickle's events are in every worker's
 // share: each worker claimed a few of them, a write transaction each, where one claim over
 // all the relay's partitions takes them all (ADR 0035). Unordered workers share one
