@@ -174,6 +174,10 @@ func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
 	if src != nil && os.Getenv(cdcTraceEnv) != "" {
 		go traceSource(runCtx, src, relays)
 	}
+	if err := startProfile(); err != nil {
+		return err
+	}
+	defer pprof.StopCPUProfile()
 	if _, err := fmt.Fprintln(out, "READY"); err != nil {
 		return fmt.Errorf("report ready: %w", err)
 	}
@@ -202,10 +206,6 @@ wait:
 				break wait
 			case cmd == "GO":
 				started, cpuAtStart = time.Now(), cpuTime()
-				if err := startProfile(); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
 				if cfg.Cold {
 					startRelays()
 				}
@@ -401,7 +401,8 @@ func cpuTime() time.Duration {
 }
 
 // profileEnv names a directory: when set, every child writes a CPU profile of its run
-// (from GO to the end) there, for finding where a relay spends its time.
+// (from READY to the end: a drain's child idles until GO) there, for finding where a
+// relay spends its time.
 const profileEnv = "RELAYBENCH_CPUPROFILE"
 
 func startProfile() error {
@@ -526,6 +527,10 @@ func runFollowLoopChild(cfg childConfig, in io.Reader, out io.Writer) error {
 		defer close(done)
 		statements, loopErr = followLoop(ctx, pool, cfg.FollowLoop, rec)
 	}()
+	if err := startProfile(); err != nil {
+		return err
+	}
+	defer pprof.StopCPUProfile()
 	if _, err := fmt.Fprintln(out, "READY"); err != nil {
 		return fmt.Errorf("report ready: %w", err)
 	}

@@ -15,7 +15,8 @@
 // the first commit to the last event published; CDC sees only what commits after its
 // slot exists, so it cannot be started on a backlog), and the commit→publish latency
 // at -rates. With RELAYBENCH_CDC_TRACE set, its CDC children print every 100ms what the
-// Source read from the WAL and had published.
+// Source read from the WAL and had published. With RELAYBENCH_CPUPROFILE set to a
+// directory, every relay child writes a CPU profile of its run there.
 //
 // Against a PostgreSQL server it creates a database of its own (dropped and recreated
 // at start) and migrates a fresh outbox schema before every measurement. Relays run in

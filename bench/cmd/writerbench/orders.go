@@ -286,7 +286,7 @@ func (b *orders) markdown(o options) string {
 	p("## %s\n\n", ordersSectionTitle)
 	p("What the outbox costs a realistic business transaction. Written by `bench/cmd/writerbench -parts orders`; rerun to replace this section.\n\n")
 	s.WriteString(benchreport.Preamble("./cmd/writerbench", b.started, b.machine, b.load[0], b.load[1],
-		`other work shared the machine and biased some runs (see "Every run").`))
+		busyNote))
 	p("- %d interleaved runs of %s per configuration, medians reported; every configuration of a run back to back, so ratios within a run are the figures to read\n\n", o.runs, o.duration)
 	p("Each transaction: `%s` (a new uuid order of a random customer; `orders` has its primary key and an index on `customer_id`) then commit. ", insertOrderSQL)
 	p("The configurations add one write of one event for that order (aggregate order/<id>, %d-byte JSON payload): ", len(benchdb.Payload))

@@ -13,6 +13,13 @@ import (
 // sectionTitle is the level-2 heading of this program's section of the results file.
 const sectionTitle = "Writer"
 
+// busyNote ends the preamble's warning about a high load average. The load at the end
+// counts the run's own clients and backends (32 clients lift it well above 2); only the
+// load at the start says whether other work shared the machine.
+const busyNote = `the run's own clients and server backends count in it (the load at the end follows ` +
+	`the last configuration's clients); a load above nproc at the start means other work shared ` +
+	`the machine and biased some runs (see "Every run").`
+
 // Targets from the issue, and the minimal-table costs seen before on this machine.
 const (
 	targetOutboxVsMinimalPoints = 5.0 // outbox cost at most this many points above the minimal table's…
@@ -45,7 +52,7 @@ func (r report) markdown() string {
 	p("## %s\n\n", sectionTitle)
 	p("What `outbox.Enqueue` costs a writer's throughput. Written by `bench/cmd/writerbench`; rerun to replace this section.\n\n")
 	b.WriteString(benchreport.Preamble("./cmd/writerbench", r.started, r.machine, r.loadStart, r.loadEnd,
-		`other work shared the machine and biased some runs (see "Every run").`))
+		busyNote))
 	p("- Go: %s %s/%s; %d interleaved runs of %s per configuration, medians reported\n\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, r.opts.runs, r.opts.duration)
 
