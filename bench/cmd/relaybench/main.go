@@ -135,7 +135,7 @@ func main() {
 	flag.IntVar(&o.writerRuns, "writer-runs", 5, "writer: interleaved runs per wake-up path; the median is reported")
 	flag.DurationVar(&o.writerDuration, "writer-duration", 5*time.Second, "writer: length of one run")
 	isolationScenarios := flag.String("isolation-scenarios", strings.Join(isolationScenarioKeys, ","), "isolation: scenarios to run, comma-separated, of "+strings.Join(isolationScenarioKeys, ", "))
-	flag.IntVar(&o.isolationRounds, "isolation-rounds", 3, "isolation: rounds of every scenario (control and troubled runs); ratios are judged on their median")
+	flag.IntVar(&o.isolationRounds, "isolation-rounds", 3, "isolation: rounds of every scenario (control and troubled runs, the claim shapes); ratios are judged on their median")
 	flag.IntVar(&o.isolationFlood, "isolation-flood", 100_000, "isolation: events of the flooding type")
 	flag.DurationVar(&o.isolationFloodTime, "isolation-flood-time", 8*time.Second, "isolation: how long the flood takes to write")
 	flag.IntVar(&o.isolationHot, "isolation-hot", 10_000, "isolation: events of the hot aggregate, and of the one-aggregate drain at MaxPerAggregate 1")
