@@ -187,7 +187,20 @@ func (r *Relay) dealMoved(worker int, parts []int) bool {
 // nothing new in their share: they probe first, a read, so that a trickle of events does
 // not cost a write transaction per worker per event (1.91 claims per event at 500
 // events/s, against 0.93 with one worker woken).
-func (r *Relay) probeAfter(woken bool) bool { return !woken || r.wake.own != nil }
+//
+// One worker claiming for the whole relay (not busy, ADR 0035) that caught up within the
+// last busyHold is following a trickle: the wake-up is for events it will claim, and it
+// claims at once, one statement where the probe made two.
+func (r *Relay) probeAfter(woken bool) bool {
+	if !woken {
+		return true
+	}
+	if r.wake.own == nil {
+		return false
+	}
+	following := r.activeWorkers() == 1 && time.Since(time.Unix(0, r.lastCaughtUp.Load())) < busyHold
+	return !following
+}
 
 // busyHold is how long an ordered relay keeps all its workers claiming after it was last
 // found busy (peerWanted; ADR 0035).

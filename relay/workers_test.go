@@ -3,7 +3,9 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,5 +251,62 @@ func TestOrderedRelayNotBusyClaimsWithOneWorker(t *testing.T) {
 	}
 	if claims := r.Stats().Claims - before; claims > pairs*3/2 {
 		t.Fatalf("%d claim transactions for %d pairs of events, one in each worker's share, want at most %d", claims, pairs, pairs*3/2)
+	}
+}
+
+// probeCounter counts the relay's probes (probe.sql) on the connections it traces.
+type probeCounter struct{ n atomic.Int64 }
+
+func (c *probeCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(data.SQL, "-- probe:") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+func (c *probeCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// An ordered relay following a trickle claims at each wake-up without probing first: its
+// one worker claims for the whole relay, and the wake-up is for events it will take. (It
+// probed before every claim, two statements a wake-up where one does: at 500 events/s,
+// p99 7.04–7.58 ms against 6.68–7.10 without the probe.)
+func TestOrderedRelayFollowingATrickleClaimsWithoutProbing(t *testing.T) {
+	t.Parallel()
+	connString := pgtest.ConnString(t, nil)
+	pool := pgtest.PoolFor(t, connString)
+	probes := &probeCounter{}
+	sink := &memsink.Sink{}
+	cfg := slowPollConfig()
+	cfg.Mode = relay.Ordered
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	cfg.Wakeup = "" // the default: listen
+	r := newRelay(t, tracedPool(t, connString, probes), sink, cfg)
+	start(t, r)
+	waitSQL(t, pool, 20*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+	waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
+	n := newNotifier(t, pool)
+	write := func(id string) {
+		t.Helper()
+		if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error {
+			return outbox.Enqueue(t.Context(), outbox.PgxTx(tx), outbox.Event{
+				AggregateType: "order", AggregateID: id, EventType: "order.changed", Payload: []byte(`{}`),
+			})
+		}, n.AfterCommit); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, sink, wakeDeadline, id, delivered(id))
+	}
+	write("first") // after an idle spell: probed
+	probesBefore, claimsBefore := probes.n.Load(), r.Stats().Claims
+	const events = 20
+	for i := range events {
+		time.Sleep(20 * time.Millisecond) // a trickle: the relay caught up a moment ago
+		write(fmt.Sprintf("trickle-%d", i))
+	}
+	claims, probed := r.Stats().Claims-claimsBefore, probes.n.Load()-probesBefore
+	if claims < events {
+		t.Fatalf("%d claims for %d events written one at a time", claims, events)
+	}
+	if probed > events/4 {
+		t.Fatalf("%d probes beside %d claims for a trickle of %d events, want at most %d", probed, claims, events, events/4)
 	}
 }
