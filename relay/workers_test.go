@@ -71,21 +71,25 @@ func TestOrderedWorkersClaimDifferentAggregates(t *testing.T) {
 	for _, tc := range []struct {
 		name                                     string
 		aggregates, batchSize, concurrency, held int
-		woken                                    bool
+		woken, afterTrickle                      bool
 	}{
-		{"Concurrency 2", 40, 100, 2, 0, false}, // more heads than aggregates: one claim could take them all
+		{"Concurrency 2", 40, 100, 2, 0, false, false}, // more heads than aggregates: one claim could take them all
 		// more aggregates in each worker's share than a claim takes: each worker claims twice
-		{"the default, started on a backlog", 100, 20, 0, 1, false},
-		{"the default, woken on a backlog", 100, 20, 0, 0, true},
+		{"the default, started on a backlog", 100, 20, 0, 1, false, false},
+		{"the default, woken on a backlog", 100, 20, 0, 0, true, false},
+		// woken while following a trickle, the one worker claims without a probe (ADR 0035's
+		// amendment): its claim over every partition holds them from the second worker until
+		// the batch goes on without its slow call (SlowPublish, the default here)
+		{"the default, a backlog after a trickle", 100, 20, 0, 1, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			orderedWorkersClaimDifferentAggregates(t, tc.aggregates, tc.batchSize, tc.concurrency, tc.held, tc.woken)
+			orderedWorkersClaimDifferentAggregates(t, tc.aggregates, tc.batchSize, tc.concurrency, tc.held, tc.woken, tc.afterTrickle)
 		})
 	}
 }
 
-func orderedWorkersClaimDifferentAggregates(t *testing.T, n, batchSize, concurrency, held int, woken bool) {
+func orderedWorkersClaimDifferentAggregates(t *testing.T, n, batchSize, concurrency, held int, woken, afterTrickle bool) {
 	pool := pgtest.Pool(t)
 	if !woken {
 		enqueue(t, pool, aggregates("w", n), 5)
@@ -95,7 +99,9 @@ func orderedWorkersClaimDifferentAggregates(t *testing.T, n, batchSize, concurre
 	cfg.Mode = relay.Ordered
 	cfg.BatchSize = batchSize
 	cfg.PublishCalls = 1 // a batch is one call: a second call is a second batch
-	cfg.SlowPublish = time.Minute
+	if !afterTrickle {
+		cfg.SlowPublish = time.Minute
+	}
 	cfg.BatchTimeout = time.Minute
 	cfg.Concurrency = concurrency
 	if woken {
@@ -109,6 +115,11 @@ func orderedWorkersClaimDifferentAggregates(t *testing.T, n, batchSize, concurre
 	if woken {
 		waitSQL(t, pool, 10*time.Second, 16, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
 		time.Sleep(100 * time.Millisecond) // the start's claims and probes are done: idle
+		if afterTrickle {                  // one event, published (the call let through): the relay caught up
+			enqueue(t, pool, []string{"trickle"}, 1)
+			r.Wake()
+			waitFor(t, &sink.Sink, wakeDeadline, "the trickle's event", delivered("trickle"))
+		}
 		enqueue(t, pool, aggregates("w", n), 5)
 		r.Wake()
 	}
@@ -117,7 +128,7 @@ func orderedWorkersClaimDifferentAggregates(t *testing.T, n, batchSize, concurre
 	case <-time.After(sink.hold):
 		t.Fatal("no second batch was published while the first was held")
 	}
-	msgs := waitFor(t, &sink.Sink, 30*time.Second, "every event", counted(n*5, func(outbox.Message) bool { return true }))
+	msgs := waitFor(t, &sink.Sink, 30*time.Second, "every event", counted(n*5, func(m outbox.Message) bool { return m.AggregateID != "trickle" }))
 	checkOrder(t, msgs)
 
 	sink.mu.Lock()
