@@ -41,6 +41,7 @@ var relayCounters = []counterMetric{
 
 var (
 	descWorkers   = prometheus.NewDesc("outbox_relay_workers", "Batches the relay may run at once now (an ordered relay with the default concurrency runs one until busy).", nil, nil)
+	descActive    = prometheus.NewDesc("outbox_relay_active_workers", "Workers claiming now (an ordered relay with the default concurrency: one until busy).", nil, nil)
 	descListening = prometheus.NewDesc("outbox_wakeup_listening", "1 when the wake-up listener passed its self-test.", nil, nil)
 	descBreaker   = prometheus.NewDesc("outbox_breaker_open", "1 while the breaker keeps the relay off its sink (the sink was found down).", nil, nil)
 	descUp        = prometheus.NewDesc("outbox_database_up", "1 when the last read of the database gauges succeeded.", nil, nil)
@@ -59,7 +60,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range relayCounters {
 		ch <- c.desc
 	}
-	for _, d := range []*prometheus.Desc{descWorkers, descListening, descBreaker, descUp, descPending, descOldest, descDead, descBlocked, descTable, descIndex, descXmin, descLeases} {
+	for _, d := range []*prometheus.Desc{descWorkers, descActive, descListening, descBreaker, descUp, descPending, descOldest, descDead, descBlocked, descTable, descIndex, descXmin, descLeases} {
 		ch <- d
 	}
 	m.outcomes.Describe(ch)
@@ -82,6 +83,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.get(s)))
 	}
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(s.Workers))
+	ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(s.ActiveWorkers))
 	ch <- prometheus.MustNewConstMetric(descListening, prometheus.GaugeValue, b2f(s.WakeupListening))
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, b2f(!s.BreakerOpenUntil.IsZero()))
 	m.refresh(context.Background())

@@ -36,9 +36,10 @@ type batcher struct {
 	rotations []rotation
 	// floor keeps the seq the claims read the pending rows from (claim_floor.sql)
 	floor floor
-	// foundWork is called when a claim found work, to bring an idle worker in;
-	// released when a late settle made aggregates claimable again.
-	foundWork, released func()
+	// claimedFull is called when a claim came back full, wentOn when a batch went on
+	// without a slow call: either may bring an idle worker in (Relay.claimedFull,
+	// Relay.peerWanted); released when a late settle made aggregates claimable again.
+	claimedFull, wentOn, released func()
 
 	// sessionSettings are set in every claim transaction, before claimSettings: the
 	// idle-in-transaction timeout, and synchronous_commit unless
@@ -65,13 +66,13 @@ type batcher struct {
 	cuts []atomic.Bool
 }
 
-func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, workers int, foundWork, released func()) *batcher {
+func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, workers int, claimedFull, wentOn, released func()) *batcher {
 	// A claim transaction is idle while the sink publishes; past the batch's budget plus
 	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
 	iit := cfg.BatchTimeout + 30*time.Second
 	b := &batcher{
 		pool: pool, sink: sink, cfg: cfg, q: q, log: log, stats: stats, leases: leases, owner: owner,
-		breaker: newBreaker(cfg.BreakerInitialDelay, cfg.BreakerMaxDelay), foundWork: foundWork, released: released,
+		breaker: newBreaker(cfg.BreakerInitialDelay, cfg.BreakerMaxDelay), claimedFull: claimedFull, wentOn: wentOn, released: released,
 		rotations:       make([]rotation, max(1, workers)),
 		cuts:            make([]atomic.Bool, max(1, workers)),
 		sessionSettings: []string{fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds())},
@@ -170,7 +171,7 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 	// what there was: the peer's claim would find nothing), nor for a by-seq batch (its
 	// source names the next).
 	if seqs == nil && c.full {
-		b.foundWork()
+		b.claimedFull()
 	}
 	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {
 		return res, err
@@ -211,7 +212,7 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 		if running != nil && seqs == nil && b.cfg.Mode == Ordered {
 			// it goes on without slow calls: bring a peer in, as for a full claim (an
 			// ordered relay that is not busy claims with one worker, ADR 0035)
-			b.foundWork()
+			b.wentOn()
 		}
 	}
 	if err := failpoint.Inject(failpoint.AfterPublish); err != nil {

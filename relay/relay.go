@@ -39,8 +39,9 @@ type Relay struct {
 	// the claim cooldown runs from there (Relay.coolDown). 0: none yet.
 	lastCaughtUp atomic.Int64
 	// busyUntil is until when (unix ns) an ordered relay runs all the workers its plan
-	// allows: less than busyHold ago a claim came back full, a batch went on without a
-	// slow call, or a probe found a backlog (peerWanted). After that one worker claims
+	// allows: less than busyHold ago a claim came back full while it had not caught up
+	// for catchUpGrace (claimedFull), a batch went on without a slow call, or a probe
+	// found a backlog (peerWanted). After that one worker claims
 	// for the relay (Relay.activeWorkers, ADR 0035).
 	busyUntil atomic.Int64
 	workers   workerPlan
@@ -78,7 +79,7 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	}
 	q := newQueries(&r.cfg, quoted)
 	r.leases = newLeaseKeeper(pool, q, &r.cfg, r.owner, r.log, &r.stats, r.workFound)
-	r.batches = newBatcher(pool, sink, &r.cfg, q, r.log, &r.stats, r.leases, r.owner, workers.max, r.peerWanted, r.workFound)
+	r.batches = newBatcher(pool, sink, &r.cfg, q, r.log, &r.stats, r.leases, r.owner, workers.max, r.claimedFull, r.peerWanted, r.workFound)
 	r.leases.breakerUntil = r.batches.breaker.until
 	r.purger = &purger{pool: pool, q: q, cfg: &r.cfg, log: r.log, stats: &r.stats}
 	if c.Wakeup == WakeupListen {
@@ -107,6 +108,19 @@ func (r *Relay) peerWanted() {
 	if r.activeWorkers() > 1 {
 		r.wake.signal()
 	}
+}
+
+// claimedFull is called when a claim came back full: more was waiting than it may take.
+// An ordered relay claiming with one worker that caught up (a claim that took less than it
+// may) within the last catchUpGrace follows what comes in, a flood say: its next claim
+// comes at once (a full claim has no cooldown), and a second worker would only share
+// the CPU the claims already wait for, each of two claims reading the aggregates of the
+// other's share too (ADR 0037). Else the relay is busy (peerWanted).
+func (r *Relay) claimedFull() {
+	if r.cfg.Mode == Ordered && r.workers.shared && time.Since(time.Unix(0, r.lastCaughtUp.Load())) < catchUpGrace {
+		return
+	}
+	r.peerWanted()
 }
 
 // notified routes a notification on the schema's channel: a lease release or a relay

@@ -61,9 +61,13 @@ type Stats struct {
 	// Workers is how many batches the relay may run at once now: Config.Concurrency, or
 	// with Concurrency unset its share of the default among the live relays of the
 	// schema. With Concurrency unset, an ordered relay runs that many only while busy
-	// (in the last second a claim came back full, a batch went on without a slow call,
-	// or a probe found a backlog), else one (ADR 0035).
+	// (in the last second a claim came back full while it had not caught up for 100 ms,
+	// a batch went on without a slow call, or a probe found a backlog), else one (ADR
+	// 0035, ADR 0037): ActiveWorkers.
 	Workers int
+	// ActiveWorkers is how many of them claim now: all of them, but one while an ordered
+	// relay with Concurrency unset is not busy.
+	ActiveWorkers int
 	// BreakerOpenUntil is until when the breaker keeps the relay off its sink (it found
 	// the sink down); zero while it is closed.
 	BreakerOpenUntil time.Time
@@ -93,6 +97,7 @@ func (r *Relay) Stats() Stats {
 		AbandonedBatches: c.abandonedBatches.Load(), SettleRetries: c.settleRetries.Load(), PoisonRows: c.poisonRows.Load(), LatePublishes: c.latePublishes.Load(), Claims: c.claims.Load(),
 		WakeupListening:  r.listener != nil && r.listener.selfTestResult() == selfTestPassed,
 		Workers:          r.allowedWorkers(),
+		ActiveWorkers:    r.activeWorkers(),
 		BreakerOpenUntil: r.batches.breaker.until(),
 	}
 }

@@ -265,6 +265,83 @@ func TestOrderedRelayNotBusyClaimsWithOneWorker(t *testing.T) {
 	}
 }
 
+// An ordered relay that keeps up with a flood claims with one worker. Each commit of the
+// flood takes a full claim and one that catches up, moments later; the second worker
+// would only split the partitions and share the CPU the claims wait for (ADR 0037). It
+// was brought in by every full claim: the relay claimed with both through the whole
+// flood. (In the relaybench flood, one relay: p50 5.35–5.63 ms with both, 2.57–3.02 with
+// one.)
+func TestOrderedRelayKeepingUpWithAFloodClaimsWithOneWorker(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	sink := &memsink.Sink{}
+	cfg := slowPollConfig()
+	cfg.Mode = relay.Ordered
+	cfg.BatchSize = 10 // a commit of 15 aggregates takes a full claim, then one that catches up
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	cfg.Wakeup = "" // the default: listen
+	r := newRelay(t, pool, sink, cfg)
+	start(t, r)
+	waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
+	n := newNotifier(t, pool)
+	write := func(prefix string, events int) {
+		t.Helper()
+		if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error {
+			for i := range events {
+				if err := outbox.Enqueue(t.Context(), outbox.PgxTx(tx), outbox.Event{
+					AggregateType: "flood", AggregateID: fmt.Sprintf("%s-%d", prefix, i), EventType: "flood.changed", Payload: []byte(`{}`),
+				}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, n.AfterCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("first", 1) // the relay catches up: it follows what comes next
+	waitFor(t, sink, wakeDeadline, "the first event", delivered("first-0"))
+	if got := r.Stats().Workers; got != 2 {
+		t.Fatalf("Workers = %d, want the ordered default 2", got)
+	}
+
+	var samples, busy atomic.Int64
+	sampled := make(chan struct{})
+	ctx, stop := context.WithCancel(t.Context())
+	go func() {
+		defer close(sampled)
+		for ctx.Err() == nil {
+			samples.Add(1)
+			if r.Stats().ActiveWorkers > 1 {
+				busy.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	claimsBefore := r.Stats().Claims
+	const commits, perCommit = 40, 15
+	for i := range commits {
+		write(fmt.Sprintf("flood%d", i), perCommit)
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitFor(t, sink, 30*time.Second, "the flood", counted(commits*perCommit, func(m outbox.Message) bool {
+		return m.AggregateType == "flood" && !strings.HasPrefix(m.AggregateID, "first")
+	}))
+	stop()
+	<-sampled
+	if claims := r.Stats().Claims - claimsBefore; claims < 2*commits {
+		t.Fatalf("%d claims for %d commits of %d events at BatchSize %d: the flood took no full claims", claims, commits, perCommit, cfg.BatchSize)
+	}
+	if b, s := busy.Load(), samples.Load(); b*4 > s {
+		t.Fatalf("the relay claimed with both workers in %d of %d samples of a flood it kept up with, want at most a quarter", b, s)
+	}
+
+	// A backlog one worker does not catch up with, 200 full claims, brings the second in.
+	write("backlog", 2000)
+	waitUntil(t, 10*time.Second, "both workers to claim the backlog", func() bool { return r.Stats().ActiveWorkers == 2 })
+	waitFor(t, sink, 30*time.Second, "the backlog", counted(2000, func(m outbox.Message) bool { return strings.HasPrefix(m.AggregateID, "backlog-") }))
+}
+
 // probeCounter counts the relay's probes (probe.sql) on the connections it traces.
 type probeCounter struct{ n atomic.Int64 }
 

@@ -177,7 +177,7 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 	}
 	child, err := startChild(ctx, childConfig{
 		DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts,
-		Relay: relay.Config{ClaimCooldown: b.o.isolationCooldown, Retention: relay.Retention{Mode: relay.RetentionMode(b.o.isolationRetention)}},
+		Relay: relay.Config{ClaimCooldown: b.o.isolationCooldown, BatchSize: b.o.isolationBatch, Concurrency: b.o.isolationWorkers, Retention: relay.Retention{Mode: relay.RetentionMode(b.o.isolationRetention)}},
 	})
 	if err != nil {
 		return isolationResult{}, err

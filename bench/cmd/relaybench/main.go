@@ -95,6 +95,8 @@ type options struct {
 	isolationHot       int           // isolation: events of the hot aggregate (and of the one-aggregate drain)
 	isolationStall     time.Duration // isolation: how long the sink holds the stalled message
 	isolationCooldown  time.Duration // isolation: the relays' ClaimCooldown (0: the default)
+	isolationBatch     int           // isolation: the relays' BatchSize (0: the default)
+	isolationWorkers   int           // isolation: the relays' Concurrency (0: the default)
 	isolationRetention string        // isolation: the relays' retention mode ("": the default)
 
 	cdcPoll     time.Duration // cdc: the PollInterval of the relay beside the Source
@@ -142,6 +144,8 @@ func main() {
 	flag.DurationVar(&o.isolationStall, "isolation-stall", 2*time.Second, "isolation: how long the sink holds the stalled message")
 	flag.StringVar(&o.isolationRetention, "isolation-retention", "", "isolation: the relays' retention mode (keep-then-delete, delete-on-publish, keep-then-archive; empty: the default)")
 	flag.DurationVar(&o.isolationCooldown, "isolation-cooldown", 0, "isolation: the relays' ClaimCooldown (0: the default; negative: none)")
+	flag.IntVar(&o.isolationBatch, "isolation-batch", 0, "isolation: the relays' BatchSize (0: the default)")
+	flag.IntVar(&o.isolationWorkers, "isolation-concurrency", 0, "isolation: the relays' Concurrency (0: the default)")
 	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "claim: published rows behind the pending ones")
 	flag.DurationVar(&o.cdcPoll, "cdc-poll-interval", 30*time.Second, "cdc: PollInterval of the relay beside the cdc.Source (WakeupPoll): when its polling claims take up what CDC left")
 	flag.IntVar(&o.cdcWriters, "cdc-writers", 4, "cdc: connections the burst's producer writes on")

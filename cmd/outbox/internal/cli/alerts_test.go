@@ -66,7 +66,7 @@ var exportedMetrics = []string{
 	"outbox_breaker_opens_total", "outbox_sink_down_batches_total", "outbox_batch_errors_total", "outbox_retention_purged_total",
 	"outbox_leases_acquired_total", "outbox_leases_rescued_total", "outbox_leases_lost_total", "outbox_leases_released_total",
 	"outbox_fenced_writes_total", "outbox_late_publishes_total", "outbox_poison_rows_total", "outbox_abandoned_batches_total",
-	"outbox_relay_workers", "outbox_wakeup_listening", "outbox_breaker_open", "outbox_database_up", "outbox_pending_events",
+	"outbox_relay_workers", "outbox_relay_active_workers", "outbox_wakeup_listening", "outbox_breaker_open", "outbox_database_up", "outbox_pending_events",
 	"outbox_oldest_pending_age_seconds", "outbox_dead_events", "outbox_blocked_aggregates", "outbox_events_table_bytes",
 	"outbox_events_index_bytes", "outbox_oldest_transaction_age_seconds", "outbox_leases_held", "outbox_events_total",
 	"outbox_batch_duration_seconds", "outbox_publish_latency_seconds",
