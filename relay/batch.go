@@ -36,10 +36,13 @@ type batcher struct {
 	rotations []rotation
 	// floor keeps the seq the claims read the pending rows from (claim_floor.sql)
 	floor floor
-	// claimedFull is called when a claim came back full, wentOn when a batch went on
-	// without a slow call: either may bring an idle worker in (Relay.claimedFull,
-	// Relay.peerWanted); released when a late settle made aggregates claimable again.
-	claimedFull, wentOn, released func()
+	// claimedFull is called when a worker's claim came back full (deep: an aggregate
+	// reached its cut), wentOn when a batch
+	// went on without a slow call: either may bring an idle worker in
+	// (Relay.claimedFull, Relay.peerWanted); released when a late settle made aggregates
+	// claimable again.
+	claimedFull      func(worker int, deep bool)
+	wentOn, released func()
 
 	// sessionSettings are set in every claim transaction, before claimSettings: the
 	// idle-in-transaction timeout, and synchronous_commit unless
@@ -66,7 +69,7 @@ type batcher struct {
 	cuts []atomic.Bool
 }
 
-func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, workers int, claimedFull, wentOn, released func()) *batcher {
+func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, workers int, claimedFull func(worker int, deep bool), wentOn, released func()) *batcher {
 	// A claim transaction is idle while the sink publishes; past the batch's budget plus
 	// a margin the server ends it, so a stopped relay cannot hold row locks for long.
 	iit := cfg.BatchTimeout + 30*time.Second
@@ -171,7 +174,7 @@ func (b *batcher) run(ctx context.Context, share workerShare, seqs []int64) (bat
 	// what there was: the peer's claim would find nothing), nor for a by-seq batch (its
 	// source names the next).
 	if seqs == nil && c.full {
-		b.claimedFull()
+		b.claimedFull(share.index, c.deep)
 	}
 	if err := failpoint.Inject(failpoint.AfterClaim); err != nil {
 		return res, err

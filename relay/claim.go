@@ -22,8 +22,9 @@ type claimedBatch struct {
 	// rows holds, in delete-on-publish, what settle needs to put a row back whole, in
 	// seq order.
 	rows []claimedRow
-	// full: the claim took as much as it may (more may be waiting)
-	full bool
+	// full: the claim took as much as it may (more may be waiting); deep (ordered): an
+	// aggregate brought as many events as its cut allows (more of it may be waiting)
+	full, deep bool
 }
 
 // claimSettings are set in every claim transaction.
@@ -62,7 +63,9 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 		scope.rotation.advance(read.msgs)
 		scope.rotation.share(read.msgs, saw.sharesFull, q.heads, b.cfg.TypeWeights)
 		// a type had more heads than its share: not caught up
-		c.full = c.full || len(saw.sharesFull) > 0 || b.cut(read.msgs, q.heads, q.capacity)
+		allHeads, deep := b.cut(read.msgs, q.heads, q.capacity)
+		c.full = c.full || len(saw.sharesFull) > 0 || allHeads || deep
+		c.deep = deep
 	}
 	return c, nil
 }
@@ -293,21 +296,20 @@ type badRow struct {
 }
 
 // cut reports whether an ordered claim of msgs may have left events waiting: it took as
-// many heads as it may, or some aggregate brought as many events as its cut allows
-// (MaxPerAggregate, or maxEvents shared among the heads), so more of it may be pending.
-func (b *batcher) cut(msgs []outbox.Message, heads, maxEvents int) bool {
+// many heads as it may (allHeads), or some aggregate brought as many events as its cut
+// allows (MaxPerAggregate, or maxEvents shared among the heads), so more of it may be
+// pending (deep).
+func (b *batcher) cut(msgs []outbox.Message, heads, maxEvents int) (allHeads, deep bool) {
 	per := make(map[aggregateKey]int, len(msgs))
 	for _, m := range msgs {
 		per[keyOf(m)]++
 	}
-	if len(per) >= heads {
-		return true
-	}
 	limit := min(b.cfg.MaxPerAggregate, maxEvents/max(1, len(per)))
 	for _, n := range per {
 		if n >= limit {
-			return true
+			deep = true
+			break
 		}
 	}
-	return false
+	return len(per) >= heads, deep
 }

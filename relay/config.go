@@ -112,9 +112,10 @@ type Config struct {
 	// the other claims and publishes other aggregates; the relay's partitions are dealt
 	// out among its workers, so two batches never read the same aggregates, ADR 0024;
 	// an ordered relay runs the second only while busy — in the last second a claim came
-	// back full while the relay had not caught up for 100 ms, a batch went on without a
-	// slow call, or a probe found a backlog — else one claim takes a trickle's or a
-	// followed flood's events from all its partitions, ADR 0035, ADR 0037),
+	// back full having cut an aggregate, or from a worker that had not caught up for
+	// 100 ms; a batch went on without a slow call; or a probe found a backlog — else one
+	// claim takes a trickle's or a followed flood's events from all its partitions, ADR
+	// 0035, ADR 0037),
 	// relays that find others alive (they announce themselves in relay_members every
 	// LeaseTTL/3) run 1 each: many batch transactions at once on a small server lose more
 	// than they gain (ADR 0006, ADR 0027). 1 on a pool of fewer than 4 connections (half

@@ -38,11 +38,14 @@ type Relay struct {
 	// full batch started:
 	// the claim cooldown runs from there (Relay.coolDown). 0: none yet.
 	lastCaughtUp atomic.Int64
+	// caughtUp is, per worker, when (unix ns) its last claim that found events but not a
+	// full batch started: whether it keeps up (claimedFull). 0: none yet.
+	caughtUp []atomic.Int64
 	// busyUntil is until when (unix ns) an ordered relay runs all the workers its plan
-	// allows: less than busyHold ago a claim came back full while it had not caught up
-	// for catchUpGrace (claimedFull), a batch went on without a slow call, or a probe
-	// found a backlog (peerWanted). After that one worker claims
-	// for the relay (Relay.activeWorkers, ADR 0035).
+	// allows: less than busyHold ago a claim came back full having cut an aggregate or
+	// from a worker that had not caught up for catchUpGrace (claimedFull), a batch went on
+	// without a slow call, or a probe found a backlog (peerWanted). After that one worker
+	// claims for the relay (Relay.activeWorkers, ADR 0035).
 	busyUntil atomic.Int64
 	workers   workerPlan
 
@@ -75,7 +78,8 @@ func New(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config) (*Relay, error) {
 	owner := uuid.NewString()
 	r := &Relay{
 		pool: pool, cfg: c, owner: owner, wake: newWakeups(workers.max, c.Mode == Ordered), workers: workers,
-		log: c.Logger.With(slog.String("schema", c.Schema), slog.String("relay_id", owner)),
+		caughtUp: make([]atomic.Int64, max(1, workers.max)),
+		log:      c.Logger.With(slog.String("schema", c.Schema), slog.String("relay_id", owner)),
 	}
 	q := newQueries(&r.cfg, quoted)
 	r.leases = newLeaseKeeper(pool, q, &r.cfg, r.owner, r.log, &r.stats, r.workFound)
@@ -110,14 +114,17 @@ func (r *Relay) peerWanted() {
 	}
 }
 
-// claimedFull is called when a claim came back full: more was waiting than it may take.
-// An ordered relay claiming with one worker that caught up (a claim that took less than it
-// may) within the last catchUpGrace follows what comes in, a flood say: its next claim
-// comes at once (a full claim has no cooldown), and a second worker would only share
-// the CPU the claims already wait for, each of two claims reading the aggregates of the
-// other's share too (ADR 0037). Else the relay is busy (peerWanted).
-func (r *Relay) claimedFull() {
-	if r.cfg.Mode == Ordered && r.workers.shared && time.Since(time.Unix(0, r.lastCaughtUp.Load())) < catchUpGrace {
+// claimedFull is called when worker's claim came back full: more was waiting than it may
+// take. An aggregate that reached its cut (deep) keeps the worker behind for claims on
+// end: the relay is busy at once (peerWanted), so the other worker keeps the other
+// aggregates going beside that aggregate's batches, and beside a slow call in one (ADR
+// 0033). Otherwise, an ordered worker that caught up (a claim that took less than it may)
+// within the last catchUpGrace follows what comes into its share, a flood of many
+// aggregates say: its next claim comes at once (a full claim has no cooldown), and a
+// second worker would only share the CPU the claims already wait for, each of two claims
+// reading the aggregates of the other's share too (ADR 0037).
+func (r *Relay) claimedFull(worker int, deep bool) {
+	if !deep && r.cfg.Mode == Ordered && r.workers.shared && time.Since(time.Unix(0, r.caughtUp[worker%len(r.caughtUp)].Load())) < catchUpGrace {
 		return
 	}
 	r.peerWanted()

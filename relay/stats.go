@@ -61,9 +61,9 @@ type Stats struct {
 	// Workers is how many batches the relay may run at once now: Config.Concurrency, or
 	// with Concurrency unset its share of the default among the live relays of the
 	// schema. With Concurrency unset, an ordered relay runs that many only while busy
-	// (in the last second a claim came back full while it had not caught up for 100 ms,
-	// a batch went on without a slow call, or a probe found a backlog), else one (ADR
-	// 0035, ADR 0037): ActiveWorkers.
+	// (in the last second a claim came back full having cut an aggregate, or from a
+	// worker that had not caught up for 100 ms; a batch went on without a slow call; or a
+	// probe found a backlog), else one (ADR 0035, ADR 0037): ActiveWorkers.
 	Workers int
 	// ActiveWorkers is how many of them claim now: all of them, but one while an ordered
 	// relay with Concurrency unset is not busy.

@@ -82,6 +82,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 		afterFull = err == nil && res.full
 		if err == nil && res.claimed > 0 && !res.full && !res.down { // caught up: a trickle's claim
 			r.lastCaughtUp.Store(claimStart.UnixNano())
+			r.caughtUp[worker].Store(claimStart.UnixNano())
 		}
 		if res.claimed > 0 && r.dealMoved(worker, res.parts) {
 			// The deal changed while this batch held its rows: a sibling now dealt some
@@ -206,8 +207,8 @@ func (r *Relay) probeAfter(woken bool) bool {
 // found busy (peerWanted; ADR 0035).
 const busyHold = time.Second
 
-// catchUpGrace is how long after an ordered relay last caught up a full claim does not
-// make it busy (Relay.claimedFull, ADR 0037).
+// catchUpGrace is how long after an ordered worker last caught up its full claim does not
+// make the relay busy (Relay.claimedFull, ADR 0037).
 const catchUpGrace = 100 * time.Millisecond
 
 // skipTurn is for a worker that passed the breaker (acquire) and runs no batch after all:
@@ -241,8 +242,9 @@ func (r *Relay) allowedWorkers() int { return r.workers.active(int(r.leases.memb
 
 // activeWorkers is how many of the relay's workers run batches now: the allowed ones, but
 // in ordered mode with the default Concurrency only one unless the relay is busy (in the
-// last busyHold a claim came back full while the relay had not caught up for
-// catchUpGrace, a batch went on without a slow call, or a probe found a backlog). An
+// last busyHold a claim came back full having cut an aggregate or from a worker that had
+// not caught up for catchUpGrace, a batch went on without a slow call, or a probe found a
+// backlog). An
 // ordered wake-up reaches every worker, and a trickle's events are in every worker's
 // share: each worker claimed a few of them, a write transaction each, where one claim over
 // all the relay's partitions takes them all (ADR 0035). Unordered workers share one

@@ -342,6 +342,120 @@ func TestOrderedRelayKeepingUpWithAFloodClaimsWithOneWorker(t *testing.T) {
 	waitFor(t, sink, 30*time.Second, "the backlog", counted(2000, func(m outbox.Message) bool { return strings.HasPrefix(m.AggregateID, "backlog-") }))
 }
 
+// A claim that cuts an aggregate (more of it waits) makes a relay that follows a trickle
+// busy at once, before its batch is published: the second worker keeps the other
+// aggregates going beside that aggregate's batches and a slow call in one. (With the
+// grace of ADR 0037 applied to it, the relay claimed a hot aggregate with one worker for
+// 100 ms, and a message the sink held in that time held every aggregate for SlowPublish:
+// the trickle's p99 beside a stalled hot aggregate went from 12–25 ms to 32–39.)
+func TestOrderedRelayBusyAtOnceForADeepAggregate(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	sink := &memsink.Sink{}
+	cfg := slowPollConfig()
+	cfg.Mode = relay.Ordered
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	cfg.Wakeup = "" // the default: listen
+	r := newRelay(t, pool, sink, cfg)
+	var atFirstDeep atomic.Int64 // the relay's active workers when the deep aggregate's first message is published
+	sink.FailFunc = func(m outbox.Message) error {
+		if m.AggregateID == "deep" {
+			atFirstDeep.CompareAndSwap(0, int64(r.Stats().ActiveWorkers))
+		}
+		return nil
+	}
+	start(t, r)
+	waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
+	n := newNotifier(t, pool)
+	enqueueOne(t, pool, n, "first")
+	waitFor(t, sink, wakeDeadline, "the first event", delivered("first"))
+	enqueueOne(t, pool, n, "second") // the relay follows a trickle: caught up a moment ago
+	waitFor(t, sink, wakeDeadline, "the second event", delivered("second"))
+	if got := r.Stats().ActiveWorkers; got != 1 {
+		t.Fatalf("ActiveWorkers = %d following a trickle, want 1", got)
+	}
+	deep := make([]outbox.Event, 100) // ten claims' worth at the default MaxPerAggregate
+	for i := range deep {
+		deep[i] = outbox.Event{AggregateType: "order", AggregateID: "deep", EventType: "order.changed", Payload: []byte(`{}`)}
+	}
+	if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error {
+		return outbox.Enqueue(t.Context(), outbox.PgxTx(tx), deep...)
+	}, n.AfterCommit); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, sink, 10*time.Second, "the deep aggregate", counted(len(deep), func(m outbox.Message) bool { return m.AggregateID == "deep" }))
+	if got := atFirstDeep.Load(); got != 2 {
+		t.Fatalf("ActiveWorkers = %d when the deep aggregate's first batch was published, want 2", got)
+	}
+}
+
+// A worker that stays behind keeps its relay busy while the other worker follows a
+// trickle in its own share, catching up at every claim. (When the relay's last catch-up,
+// not the worker's, decided, the trickle's claims stopped the backlog's full claims from
+// renewing the busy mark: the relay fell back to one worker every second, and each time
+// 100 ms passed before it was busy again.)
+func TestOrderedWorkerBehindKeepsTheRelayBusy(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	sink := &memsink.Sink{}
+	cfg := slowPollConfig()
+	cfg.Mode = relay.Ordered
+	cfg.BatchSize = 5 // the backlog takes 2,400 claims of one event per aggregate, each full
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	cfg.Wakeup = "" // the default: listen
+	r := newRelay(t, pool, sink, cfg)
+	start(t, r)
+	waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
+
+	// aggregate ids in each worker's share: the relay leases all 16 partitions, dealt out
+	// by position (even ones to worker 0)
+	inShare := func(share, n int, prefix string) []string {
+		rows, err := pool.Query(t.Context(), `SELECT id FROM (SELECT $3 || g AS id FROM generate_series(1, 100000) g) ids
+			WHERE outbox.partition_of('order', id) * 16 / 4096 % 2 = $1 LIMIT $2`, share, n, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	backlog, trickle := inShare(0, 12000, "backlog-"), inShare(1, 200, "trickle-")
+	enqueue(t, pool, backlog, 1)
+	r.Wake()
+	waitUntil(t, 10*time.Second, "both workers to claim the backlog", func() bool { return r.Stats().ActiveWorkers == 2 })
+
+	var samples, one atomic.Int64
+	sampled := make(chan struct{})
+	ctx, stop := context.WithCancel(t.Context())
+	go func() {
+		defer close(sampled)
+		for ctx.Err() == nil {
+			samples.Add(1)
+			if r.Stats().ActiveWorkers < 2 {
+				one.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	n := newNotifier(t, pool)
+	drained := counted(len(backlog), func(m outbox.Message) bool { return strings.HasPrefix(m.AggregateID, "backlog-") })
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; !drained(sink.Messages()); i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the backlog did not drain in 60 s")
+		}
+		enqueueOne(t, pool, n, trickle[i%len(trickle)])
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-sampled
+	if o, s := one.Load(), samples.Load(); o*100 > s {
+		t.Fatalf("the relay claimed with one worker in %d of %d samples while a worker was behind, want at most 1 in 100", o, s)
+	}
+}
+
 // probeCounter counts the relay's probes (probe.sql) on the connections it traces.
 type probeCounter struct{ n atomic.Int64 }
 
