@@ -305,19 +305,7 @@ func TestOrderedRelayKeepingUpWithAFloodClaimsWithOneWorker(t *testing.T) {
 		t.Fatalf("Workers = %d, want the ordered default 2", got)
 	}
 
-	var samples, busy atomic.Int64
-	sampled := make(chan struct{})
-	ctx, stop := context.WithCancel(t.Context())
-	go func() {
-		defer close(sampled)
-		for ctx.Err() == nil {
-			samples.Add(1)
-			if r.Stats().ActiveWorkers > 1 {
-				busy.Add(1)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
+	stopSampling := sampleActiveWorkers(r, func(active int) bool { return active > 1 })
 	claimsBefore := r.Stats().Claims
 	const commits, perCommit = 40, 15
 	for i := range commits {
@@ -327,13 +315,12 @@ func TestOrderedRelayKeepingUpWithAFloodClaimsWithOneWorker(t *testing.T) {
 	waitFor(t, sink, 30*time.Second, "the flood", counted(commits*perCommit, func(m outbox.Message) bool {
 		return m.AggregateType == "flood" && !strings.HasPrefix(m.AggregateID, "first")
 	}))
-	stop()
-	<-sampled
+	busy, samples := stopSampling()
 	if claims := r.Stats().Claims - claimsBefore; claims < 2*commits {
 		t.Fatalf("%d claims for %d commits of %d events at BatchSize %d: the flood took no full claims", claims, commits, perCommit, cfg.BatchSize)
 	}
-	if b, s := busy.Load(), samples.Load(); b*4 > s {
-		t.Fatalf("the relay claimed with both workers in %d of %d samples of a flood it kept up with, want at most a quarter", b, s)
+	if busy*4 > samples {
+		t.Fatalf("the relay claimed with both workers in %d of %d samples of a flood it kept up with, want at most a quarter", busy, samples)
 	}
 
 	// A backlog one worker does not catch up with, 200 full claims, brings the second in.
@@ -426,19 +413,7 @@ func TestOrderedWorkerBehindKeepsTheRelayBusy(t *testing.T) {
 	r.Wake()
 	waitUntil(t, 10*time.Second, "both workers to claim the backlog", func() bool { return r.Stats().ActiveWorkers == 2 })
 
-	var samples, one atomic.Int64
-	sampled := make(chan struct{})
-	ctx, stop := context.WithCancel(t.Context())
-	go func() {
-		defer close(sampled)
-		for ctx.Err() == nil {
-			samples.Add(1)
-			if r.Stats().ActiveWorkers < 2 {
-				one.Add(1)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
+	stopSampling := sampleActiveWorkers(r, func(active int) bool { return active < 2 })
 	n := newNotifier(t, pool)
 	drained := counted(len(backlog), func(m outbox.Message) bool { return strings.HasPrefix(m.AggregateID, "backlog-") })
 	deadline := time.Now().Add(60 * time.Second)
@@ -449,10 +424,34 @@ func TestOrderedWorkerBehindKeepsTheRelayBusy(t *testing.T) {
 		enqueueOne(t, pool, n, trickle[i%len(trickle)])
 		time.Sleep(20 * time.Millisecond)
 	}
-	stop()
-	<-sampled
-	if o, s := one.Load(), samples.Load(); o*100 > s {
-		t.Fatalf("the relay claimed with one worker in %d of %d samples while a worker was behind, want at most 1 in 100", o, s)
+	if one, samples := stopSampling(); one*100 > samples {
+		t.Fatalf("the relay claimed with one worker in %d of %d samples while a worker was behind, want at most 1 in 100", one, samples)
+	}
+}
+
+// sampleActiveWorkers samples r's active workers every millisecond until the returned stop
+// is called, which returns how many samples matched and how many were taken.
+func sampleActiveWorkers(r *relay.Relay, match func(active int) bool) (stop func() (matched, samples int64)) {
+	var n, hits int64
+	done, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			n++
+			if match(r.Stats().ActiveWorkers) {
+				hits++
+			}
+		}
+	}()
+	return func() (int64, int64) {
+		close(done)
+		<-sampled
+		return hits, n
 	}
 }
 
