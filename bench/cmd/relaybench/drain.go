@@ -175,12 +175,6 @@ func resetForRelay(ctx context.Context, pool *pgxpool.Pool, mode relay.Mode) err
 	if _, err := pool.Exec(ctx, `INSERT INTO outbox.relay_config (mode, partitions) VALUES ($1, 16)`, string(mode)); err != nil {
 		return fmt.Errorf("record relay_config: %w", err)
 	}
-	// Each run starts right after a checkpoint, so one that the WAL of earlier runs
-	// requested (max_wal_size) rarely lands inside it: an isolation round writes about
-	// 160 MB of WAL, and a checkpoint's writes and fsyncs slow every commit they overlap.
-	if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
-		return fmt.Errorf("checkpoint before the run (the benchmark's role needs pg_checkpoint or superuser): %w", err)
-	}
 	return nil
 }
 
