@@ -37,10 +37,9 @@ type batcher struct {
 	// floor keeps the seq the claims read the pending rows from (claim_floor.sql)
 	floor floor
 	// claimedFull is called when a worker's claim came back full (deep: an aggregate
-	// reached its cut), wentOn when a batch
-	// went on without a slow call: either may bring an idle worker in
-	// (Relay.claimedFull, Relay.peerWanted); released when a late settle made aggregates
-	// claimable again.
+	// reached its cut), wentOn when a batch went on without a slow call: either may bring
+	// an idle worker in (Relay.claimedFull, Relay.peerWanted); released when a late
+	// settle made aggregates claimable again.
 	claimedFull      func(worker int, deep bool)
 	wentOn, released func()
 
