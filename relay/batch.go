@@ -66,6 +66,8 @@ type batcher struct {
 	// cuts hold, per worker, whether a batch of the worker that went on without every
 	// one of its Publish calls is still waiting for them (publish)
 	cuts []atomic.Bool
+	// claimSizes: how many rows each worker's last claim returned (readClaimed's slices)
+	claimSizes claimSizes
 }
 
 func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, workers int, claimedFull func(worker int, deep bool), wentOn, released func()) *batcher {
@@ -77,6 +79,7 @@ func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, l
 		breaker: newBreaker(cfg.BreakerInitialDelay, cfg.BreakerMaxDelay), claimedFull: claimedFull, wentOn: wentOn, released: released,
 		rotations:       make([]rotation, max(1, workers)),
 		cuts:            make([]atomic.Bool, max(1, workers)),
+		claimSizes:      newClaimSizes(workers),
 		sessionSettings: []string{fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds())},
 	}
 	if !cfg.SynchronousCommit {
@@ -378,6 +381,10 @@ type probeParams struct {
 	Backlog    bool  `sql:"backlog"` // whether to answer backlog
 }
 
+// genericPlans makes the rest of a transaction's prepared statements run on their generic
+// plans.
+const genericPlans = "SET LOCAL plan_cache_mode = force_generic_plan"
+
 // settleAttempts bounds the retries of a settle statement that hit a serialization
 // failure or a deadlock.
 const settleAttempts = 3
@@ -402,6 +409,11 @@ func (b *batcher) commit(ctx context.Context, tx *batchTx, back []any, parts []i
 			batch.Queue("SAVEPOINT outbox_settle")
 		}
 		if b.cfg.Mode == Ordered {
+			// The fence and the settle after it run on their generic plans. Left to the
+			// server's choice, a fence over a few of many partitions (one relay of
+			// several) was planned afresh on every batch, its custom plan estimated
+			// cheaper: 0.15 ms of planning per batch, more than its run.
+			batch.Queue(genericPlans)
 			batch.Queue(b.q.fence.SQL, b.q.fence.Args(&fenceParams{Owner: b.owner, Partitions: parts, Epochs: epochs})...)
 		}
 		if back != nil {

@@ -47,10 +47,11 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
 	}
 	saw := seen{ordered: b.cfg.Mode == Ordered}
-	read, err := b.readClaimed(rows, q.capacity, &saw)
+	read, err := b.readClaimed(rows, b.claimSizes.hint(scope.worker, q.capacity), &saw)
 	if err != nil {
 		return claimedBatch{}, fmt.Errorf("claim batch: %w", err)
 	}
+	b.claimSizes.note(scope.worker, len(read.msgs))
 	if len(read.msgs) > 0 { // an empty claim returns no row, so nothing of what it saw
 		b.floor.observe(fa, saw, time.Now())
 		if saw.due > 0 {
@@ -171,10 +172,10 @@ type readRows struct {
 }
 
 // readClaimed reads the rows of a claim statement (claim_columns.sql's columns, then the
-// attempts before the claim; then, with saw, claim_seen.sql's, into saw). A value that
-// cannot be read (written out of band: a time out of Go's range, say) fails with a
-// *readError.
-func (b *batcher) readClaimed(rows pgx.Rows, capacity int, saw *seen) (readRows, error) {
+// attempts before the claim; then, with saw, claim_seen.sql's, into saw), into slices
+// sized for size rows (more grow them). A value that cannot be read (written out of band:
+// a time out of Go's range, say) fails with a *readError.
+func (b *batcher) readClaimed(rows pgx.Rows, size int, saw *seen) (readRows, error) {
 	defer rows.Close()
 	var (
 		out         readRows
@@ -185,16 +186,17 @@ func (b *batcher) readClaimed(rows pgx.Rows, capacity int, saw *seen) (readRows,
 	)
 	keepRows := b.cfg.Retention.Mode == DeleteOnPublish
 	if keepRows {
-		out.rows = make([]claimedRow, 0, capacity)
+		out.rows = make([]claimedRow, 0, size)
 	}
 	// Rows are scanned into their slots, the few distinct types and topics are shared and
 	// the id is read as bytes (uuid.UUID is an sql.Scanner, which pgx feeds a string to
 	// parse): scanning was a third of a drain's relay CPU, mostly allocations.
 	texts := textInterner{}
 	aggType, eventType, topic, contentType := texts.column(), texts.column(), texts.column(), texts.column()
+	var dst []any // a row's destinations: one slice for every row
 	for rows.Next() {
-		if out.msgs == nil { // sized once, for a full batch: growing them cost a tenth of a drain's CPU
-			out.msgs, out.headers = make([]outbox.Message, 0, capacity), make([][]byte, 0, capacity)
+		if out.msgs == nil {
+			out.msgs, out.headers = make([]outbox.Message, 0, size), make([][]byte, 0, size)
 		}
 		out.msgs, out.headers = append(out.msgs, outbox.Message{}), append(out.headers, nil)
 		m, h := &out.msgs[len(out.msgs)-1], &out.headers[len(out.headers)-1]
@@ -204,11 +206,11 @@ func (b *batcher) readClaimed(rows pgx.Rows, capacity int, saw *seen) (readRows,
 			row = &out.rows[len(out.rows)-1]
 		}
 		aggType.dst, eventType.dst, topic.dst, contentType.dst = &m.AggregateType, &m.EventType, &m.Topic, &m.ContentType
-		dst := []any{
+		dst = append(dst[:0],
 			&m.Seq, (*[16]byte)(&m.ID), aggType, &m.AggregateID, &m.AggregateVersion, eventType,
 			&m.SchemaVersion, topic, h, contentType, &m.Payload, &traceParent, &m.CreatedAt,
 			&row.availableAt, &row.lastError, &row.payloadJSON, &row.attempts,
-		}
+		)
 		if saw != nil {
 			dst = append(dst, &minPending, &saw.xmin, &saw.xmax, &saw.replays, &due)
 			if saw.ordered {
