@@ -154,17 +154,18 @@ func (b *bench) cdcBurst(ctx context.Context, mode relay.Mode, useCDC, tableless
 		return write(ctx, outbox.PgxTx(tx), events...)
 	}
 	err = c.send("GO")
-	var commits []int64
+	var p production
 	began := time.Now()
 	if err == nil {
-		_, commits, run.txs, run.write, err = b.runProducer(ctx, txns, 0, b.o.cdcWriters, body, afterCommit)
+		p, err = b.runProducer(ctx, txns, 0, b.o.cdcWriters, body, afterCommit)
+		run.txs, run.write = p.txs, p.elapsed
 		slices.Sort(run.txs)
 	}
 	if err != nil {
 		c.kill()
 		return run, err
 	}
-	run.first, run.lastEnd = slices.Min(commits), began.Add(run.write).UnixNano()
+	run.first, run.lastEnd = slices.Min(p.commits), began.Add(run.write).UnixNano()
 	if run.res, err = c.result(); err != nil {
 		return run, err
 	}

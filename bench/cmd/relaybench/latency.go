@@ -271,25 +271,33 @@ type txBody func(ctx context.Context, tx pgx.Tx, id uuid.UUID, rng *rand.Rand) e
 // afterCommit after each commit.
 func (b *bench) produceLoop(ctx context.Context, rate int, body txBody, afterCommit func(context.Context)) ([]uuid.UUID, []int64, []time.Duration, float64, error) {
 	total := int(float64(rate) * b.o.latencyDuration.Seconds())
-	ids, commits, txs, elapsed, err := b.runProducer(ctx, total, time.Second/time.Duration(rate), producerWorkers, body, afterCommit)
+	p, err := b.runProducer(ctx, total, time.Second/time.Duration(rate), producerWorkers, body, afterCommit)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}
-	slices.Sort(txs)
-	return ids, commits, txs, float64(total) / elapsed.Seconds(), nil
+	slices.Sort(p.txs)
+	return p.ids, p.commits, p.txs, float64(total) / p.elapsed.Seconds(), nil
+}
+
+// production is what runProducer's transactions did, by transaction.
+type production struct {
+	ids []uuid.UUID
+	// commits: the wall-clock time (unix ns) stamped just before COMMIT was sent;
+	// committed: when COMMIT returned
+	commits, committed []int64
+	// txs: each transaction's duration from BEGIN to the end of COMMIT
+	txs []time.Duration
+	// elapsed: from the start to the last commit's end
+	elapsed time.Duration
 }
 
 // runProducer runs total transactions of body on workers connections, transaction i
 // due at start + i·interval (interval 0: each as soon as a worker is free), and returns
-// each transaction's id, the wall-clock time (unix ns) stamped just before its COMMIT
-// was sent, its duration from BEGIN to the end of COMMIT, and the time from start to
-// the last commit's end.
-func (b *bench) runProducer(ctx context.Context, total int, interval time.Duration, workers int, body txBody, afterCommit func(context.Context)) ([]uuid.UUID, []int64, []time.Duration, time.Duration, error) {
-	ids := make([]uuid.UUID, total)
-	commits := make([]int64, total)
-	txs := make([]time.Duration, total)
-	for i := range ids {
-		ids[i] = outbox.NewID()
+// what they did.
+func (b *bench) runProducer(ctx context.Context, total int, interval time.Duration, workers int, body txBody, afterCommit func(context.Context)) (production, error) {
+	p := production{ids: make([]uuid.UUID, total), commits: make([]int64, total), committed: make([]int64, total), txs: make([]time.Duration, total)}
+	for i := range p.ids {
+		p.ids[i] = outbox.NewID()
 	}
 	due := make(chan int, workers)
 	g, gctx := errgroup.WithContext(ctx)
@@ -319,24 +327,26 @@ func (b *bench) runProducer(ctx context.Context, total int, interval time.Durati
 				if err != nil {
 					return fmt.Errorf("produce event %d: %w", i, err)
 				}
-				if err := body(gctx, tx, ids[i], rng); err != nil {
+				if err := body(gctx, tx, p.ids[i], rng); err != nil {
 					_ = tx.Rollback(gctx)
 					return fmt.Errorf("produce event %d: %w", i, err)
 				}
-				commits[i] = time.Now().UnixNano()
+				p.commits[i] = time.Now().UnixNano()
 				if err := tx.Commit(gctx); err != nil {
 					return fmt.Errorf("produce event %d: %w", i, err)
 				}
-				txs[i] = time.Since(began)
+				end := time.Now()
+				p.committed[i], p.txs[i] = end.UnixNano(), end.Sub(began)
 				afterCommit(gctx)
 			}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, nil, nil, 0, err
+		return production{}, err
 	}
-	return ids, commits, txs, time.Since(start), nil
+	p.elapsed = time.Since(start)
+	return p, nil
 }
 
 // waitPublished waits until n events are published.
