@@ -189,9 +189,15 @@ func TestTimeoutAfterProcessingRetriesWithSameID(t *testing.T) {
 	e := newEndpoint(t, nil)
 	var lost atomic.Bool // the first attempt's answers are lost (by a flag, not by counting
 	lost.Store(true)     // requests: a loaded machine once saw two before the first answer)
+	// A lost answer is never written, not even when the request's context ends: a handler
+	// that returned then sent the implicit 200, and on a loaded machine 1 run in 300 saw
+	// it as the first attempt's answer. Its handler waits until the test ends (this
+	// cleanup runs before the server's Close, which waits for the handlers).
+	never := make(chan struct{})
+	t.Cleanup(func() { close(never) })
 	e.answer = func(w http.ResponseWriter, r *http.Request, _ request) bool {
 		if lost.Load() {
-			<-r.Context().Done() // processed; the answer is lost
+			<-never // processed; the answer is lost
 			return true
 		}
 		w.WriteHeader(http.StatusOK)
