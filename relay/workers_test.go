@@ -466,6 +466,79 @@ func (c *probeCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pg
 }
 func (c *probeCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// A relay that shares the schema's partitions with another is woken for the other's
+// events too. Following a trickle, it claimed at every one of those wake-ups and found
+// nothing: with four relays, three empty claims an event. After a look that found nothing
+// it probes first, until a look finds events: an empty claim after each of its own events
+// at most.
+func TestOrderedRelayProbesAfterAWakeupForAnotherRelaysEvents(t *testing.T) {
+	t.Parallel()
+	connString := pgtest.ConnString(t, nil)
+	pool := pgtest.PoolFor(t, connString)
+	cfg := slowPollConfig()
+	cfg.Mode = relay.Ordered
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	cfg.Wakeup = "" // the default: listen
+	sinks := []*memsink.Sink{{}, {}}
+	var relays []*relay.Relay
+	for _, s := range sinks {
+		r := newRelay(t, pgtest.PoolFor(t, connString), s, cfg)
+		start(t, r)
+		relays = append(relays, r)
+	}
+	for _, r := range relays {
+		waitSQL(t, pool, 20*time.Second, 8, `SELECT count(*) FROM outbox.leases WHERE owner = $1`, r.Owner())
+		waitUntil(t, 10*time.Second, "the relay's listener to pass its self-test", func() bool { return r.Stats().WakeupListening })
+	}
+	// aggregates in each relay's partitions
+	idsOf := func(r *relay.Relay) []string {
+		t.Helper()
+		rows, err := pool.Query(t.Context(), `SELECT 'o' || g FROM generate_series(1, 100000) g
+			WHERE outbox.partition_of('order', 'o' || g) * 16 / 4096 = ANY(ARRAY(SELECT partition FROM outbox.leases WHERE owner = $1))
+			LIMIT 40`, r.Owner())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	mine, theirs := idsOf(relays[1]), idsOf(relays[0])
+	n := newNotifier(t, pool)
+	write := func(id string) {
+		t.Helper()
+		if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error {
+			return outbox.Enqueue(t.Context(), outbox.PgxTx(tx), outbox.Event{
+				AggregateType: "order", AggregateID: id, EventType: "order.changed", Payload: []byte(`{}`),
+			})
+		}, n.AfterCommit); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, wakeDeadline, id+" delivered", func() bool {
+			return delivered(id)(sinks[0].Messages()) || delivered(id)(sinks[1].Messages())
+		})
+		time.Sleep(20 * time.Millisecond) // a trickle: the relays caught up a moment ago
+	}
+	claimsBefore := relays[1].Stats().Claims
+	const own, every = 5, 8 // the second relay's events, one in every 8
+	for i := range own * every {
+		if i%every == 0 {
+			write(mine[i/every])
+		} else {
+			write(theirs[i])
+		}
+	}
+	claims := relays[1].Stats().Claims - claimsBefore
+	t.Logf("the second relay: %d claims over %d wake-ups, %d for its own events", claims, own*every, own)
+	// its own events, and one empty claim after each at most (the first wake-up for the
+	// other relay's events still finds it following)
+	if claims > 2*own+2 {
+		t.Fatalf("the second relay made %d claims over %d wake-ups, %d of them for its own events: want at most %d", claims, own*every, own, 2*own+2)
+	}
+}
+
 // An ordered relay following a trickle claims at each wake-up without probing first: its
 // one worker claims for the whole relay, and the wake-up is for events it will take. (It
 // probed before every claim, two statements a wake-up where one does: at 500 events/s,

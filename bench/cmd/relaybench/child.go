@@ -114,9 +114,9 @@ func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
 		}
 	}()
 	for i := range cfg.Instances {
-		var params map[string]string
+		params := map[string]string{"application_name": relayApp}
 		if cfg.JITOff {
-			params = map[string]string{"jit": "off"}
+			params["jit"] = "off"
 		}
 		pool, err := benchdb.Open(ctx, cfg.DSN, cfg.DB, 8, params)
 		if err != nil {

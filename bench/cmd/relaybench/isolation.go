@@ -133,6 +133,9 @@ type isolationResult struct {
 	troubleTime time.Duration
 	troubleSize int
 	claims      int64
+	// cpu: how busy each role kept the machine over the window of during (the control:
+	// from the lead to the trickle's end)
+	cpu cpuShares
 }
 
 func (b *bench) isolation(ctx context.Context) (partReport, error) {
@@ -147,9 +150,9 @@ func (b *bench) isolation(ctx context.Context) (partReport, error) {
 				return partReport{}, fmt.Errorf("%s: %w", c, err)
 			}
 			res.round = round
-			fmt.Fprintf(os.Stderr, "isolation round %d %-60s p50 %7.2f p99 %8.2f ms during (all %7.2f; tx p99 %6.2f; from COMMIT's end p99 %6.2f), trouble %d events in %s\n", round, c,
+			fmt.Fprintf(os.Stderr, "isolation round %d %-60s p50 %7.2f p99 %8.2f ms during (all %7.2f; tx p99 %6.2f; from COMMIT's end p99 %6.2f), trouble %d events in %s, CPU %% relays' backends / relay process / other backends / bench (machine) %s\n", round, c,
 				ms(percentile(res.during, 50)), ms(percentile(res.during, 99)), ms(percentile(res.all, 99)), ms(percentile(res.txDuring, 99)), ms(percentile(res.afterDuring, 99)),
-				res.troubleSize, res.troubleTime.Round(time.Millisecond))
+				res.troubleSize, res.troubleTime.Round(time.Millisecond), res.cpu)
 			results = append(results, res)
 		}
 		if slices.Contains(b.o.isolationScenarios, "shapes") {
@@ -202,21 +205,28 @@ func (b *bench) isolationMeasure(ctx context.Context, c isolationCase, child *ch
 	var (
 		troubleStart, troubleEnd time.Time
 		troubleSize              int
+		cpuFrom, cpuTo           cpuMark
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if c.trouble == troubleNone {
-			return nil
-		}
 		if err := sleepCtx(gctx, isolationLead); err != nil {
 			return err
 		}
 		var err error
+		if cpuFrom, err = markCPU(gctx, b.pool, child.cmd.Process.Pid); err != nil {
+			return err
+		}
+		if c.trouble == troubleNone {
+			return nil
+		}
 		troubleStart, troubleSize, err = b.trouble(gctx, c.trouble, notifier)
 		if err != nil {
 			return err
 		}
-		troubleEnd, err = b.waitTroubleDrained(gctx, c.trouble)
+		if troubleEnd, err = b.waitTroubleDrained(gctx, c.trouble); err != nil {
+			return err
+		}
+		cpuTo, err = markCPU(gctx, b.pool, child.cmd.Process.Pid)
 		return err
 	})
 	var (
@@ -238,6 +248,11 @@ func (b *bench) isolationMeasure(ctx context.Context, c isolationCase, child *ch
 	if err := g.Wait(); err != nil {
 		return isolationResult{}, err
 	}
+	if c.trouble == troubleNone {
+		if cpuTo, err = markCPU(ctx, b.pool, child.cmd.Process.Pid); err != nil {
+			return isolationResult{}, err
+		}
+	}
 	if err := b.waitNonePending(ctx); err != nil {
 		return isolationResult{}, err
 	}
@@ -245,7 +260,7 @@ func (b *bench) isolationMeasure(ctx context.Context, c isolationCase, child *ch
 	if err != nil {
 		return isolationResult{}, err
 	}
-	res := isolationResult{c: c, troubleSize: troubleSize, claims: cr.Stats.Claims}
+	res := isolationResult{c: c, troubleSize: troubleSize, claims: cr.Stats.Claims, cpu: cpuFrom.until(cpuTo)}
 	from, to := began.Add(isolationLead).UnixNano(), int64(1<<63-1)
 	if c.trouble != troubleNone {
 		from, to = troubleStart.UnixNano(), troubleEnd.UnixNano()
@@ -463,8 +478,9 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	p("\"During\" counts the trickle events committed from the trouble's first commit until its last event was published (the control: every event after the first %s); the ratio is a run's p99 during its trouble against the p99 of its scenario's control in the same round (stall: against the hot run's). ", isolationLead)
 	p("Milliseconds:\n\n")
 	p("The trickle's own transactions (BEGIN to the end of COMMIT) are shown too: the commit is inside the latency, and what the trouble's writes cost the machine shows there first. ")
-	p("So is the p99 counted from the end of COMMIT: the relay's part of the latency (the wake-up, the claim, the publish), without the commit's own wait (not a target).\n\n")
-	p("| round | scenario | trouble | trouble events | trouble lasted | trickle events during | p50 during | p99 during | p99 whole run | max during | trickle tx p99 during | p99 from COMMIT's end during | claims | p99 ratio |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("So is the p99 counted from the end of COMMIT: the relay's part of the latency (the wake-up, the claim, the publish), without the commit's own wait (not a target). ")
+	p("The CPU column says how busy each part kept the machine while the trouble lasted (the control: from the lead to the trickle's end), in percent of all its CPUs, from `/proc`: the relays' server backends (their claims, commits and the rest) / the relay process / the other backends of the database (the producers') / this program (the producers) (the whole machine, busy, as the kernel samples it on its clock tick: it can read below the sum for a trickle's short bursts). It shows where a trouble's cost lands, which the latencies alone do not (not a target).\n\n")
+	p("| round | scenario | trouble | trouble events | trouble lasted | trickle events during | p50 during | p99 during | p99 whole run | max during | trickle tx p99 during | p99 from COMMIT's end during | claims | CPU %% during | p99 ratio |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
 	type key struct {
 		round    int
 		scenario string
@@ -498,9 +514,9 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 		if r.troubleTime > 0 {
 			lasted = fmt.Sprintf("%.2f s", r.troubleTime.Seconds())
 		}
-		p("| %d | %s | %s | %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %s |\n", r.round, r.c.scenario, r.c.trouble, r.troubleSize, lasted, len(r.during),
+		p("| %d | %s | %s | %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %s | %s |\n", r.round, r.c.scenario, r.c.trouble, r.troubleSize, lasted, len(r.during),
 			ms(percentile(r.during, 50)), ms(percentile(r.during, 99)), ms(percentile(r.all, 99)), ms(r.during[len(r.during)-1]), ms(percentile(r.txDuring, 99)),
-			ms(percentile(r.afterDuring, 99)), r.claims, ratio)
+			ms(percentile(r.afterDuring, 99)), r.claims, r.cpu, ratio)
 	}
 	var targets []string
 	for _, name := range order {
