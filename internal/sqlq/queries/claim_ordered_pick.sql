@@ -28,8 +28,9 @@
 --
 -- A row may be published only when it is its aggregate's head: the first pending row of
 -- the aggregate, not held by an earlier dead row. When at most 64 rows are pending from
--- the floor, the heads are found among them (near, few and the second branch of heads
--- below; docs/adr/0010-claim-floor.md). Else heads are found by discovery, never
+-- the floor (512 for a claim scoped to some of the partitions, ADR 0038), the heads are
+-- found among them (near, few and the second branch of heads below;
+-- docs/adr/0010-claim-floor.md). Else heads are found by discovery, never
 -- by walking the backlog: a loose index scan of events_pending_aggregate, whose first
 -- entry past an aggregate's key is the next aggregate's head, costs one index descent
 -- per aggregate however deep its backlog. Heads are shared fairly:
@@ -56,19 +57,20 @@ held_any AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM {{schema}}.events d WHERE d.dead_at IS NOT NULL AND d.discarded_at IS NULL) AS yes
 ), near AS MATERIALIZED (
     -- the pending rows from the lowest one claim_floor.sql found (from its bound), in
-    -- seq order, up to one more than a small claim's worth: a walk of events_pending
-    -- that reads neither the dead entries below the bound nor those that part walked
+    -- seq order, up to one more than a small claim's worth (a scoped claim's: a few
+    -- hundred, every relay's rows among them): a walk of events_pending that reads
+    -- neither the dead entries below the bound nor those that part walked
     SELECT p.seq, p.ctid, p.aggregate_type, p.aggregate_id, p.partition, p.available_at
     FROM {{schema}}.events p
     WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.available_at IS NOT NULL
       AND p.seq >= (SELECT min_pending FROM seen)
     ORDER BY p.seq
-    LIMIT 65
+    LIMIT CASE WHEN @scope::int[] IS NULL THEN 65 ELSE 513 END
 ), few AS MATERIALIZED (
     -- near holds every pending row: the heads are found among them (small, below), not
     -- by discovery in events_pending_aggregate, whose drained rows' dead entries lie
     -- between the live aggregates where no bound can skip them
-    SELECT count(*) <= 64 AS ok FROM near
+    SELECT count(*) <= CASE WHEN @scope::int[] IS NULL THEN 64 ELSE 512 END AS ok FROM near
 ), types AS (
     -- the aggregate types with a pending row, one index descent each (not when few)
     (SELECT p.aggregate_type FROM {{schema}}.events p
