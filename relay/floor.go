@@ -150,10 +150,10 @@ func (f *floor) seal(o observation) {
 // floorWindow after f.obs[i] was received has an xmax no greater than o's xmin.
 func (f *floor) sealedBy(i int, o observation) bool {
 	c := f.obs[i]
-	for _, w := range append(f.obs[i+1:len(f.obs):len(f.obs)], o) {
+	for _, w := range f.obs[i+1:] {
 		if w.sent.Sub(c.received) >= floorWindow {
 			return w.xmax <= o.xmin
 		}
 	}
-	return false
+	return o.sent.Sub(c.received) >= floorWindow && o.xmax <= o.xmin
 }

@@ -114,14 +114,7 @@ func TestOrderedClaimGenericPlanFromASmallTable(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
-	if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload)
-		SELECT gen_random_uuid(), 'account', 'a' || g, 'e', '{}' FROM generate_series(1, 5) g`); err != nil {
-		t.Fatal(err)
-	}
-	quoted, err := sqlq.QuoteSchema("outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	quoted := pendingAccounts(t, pool, 5)
 	for _, name := range []string{"claim_ordered", "claim_ordered_delete"} {
 		t.Run(name, func(t *testing.T) {
 			plan := explainClaim(ctx, t, pool, bindClaim(Ordered, name, quoted), "force_generic_plan")
@@ -382,14 +375,7 @@ func TestScopedClaimFindsItsHeadsAmongThePendingRows(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
-	if _, err := pool.Exec(ctx, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload)
-		SELECT gen_random_uuid(), 'account', 'a' || g, 'e', '{}' FROM generate_series(1, 300) g`); err != nil {
-		t.Fatal(err)
-	}
-	quoted, err := sqlq.QuoteSchema("outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	quoted := pendingAccounts(t, pool, 300)
 	quarter := []int{0, 1, 2, 3}
 	var inScope int64
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox.events WHERE partition * 16 / 4096 = ANY($1)`, quarter).Scan(&inScope); err != nil {
@@ -447,4 +433,19 @@ func (n *namedNode) find(name string) *namedNode {
 		}
 	}
 	return nil
+}
+
+// pendingAccounts writes n pending events, one for each of the aggregates account/a1 …
+// account/an, and returns the quoted schema the claims are bound to.
+func pendingAccounts(t *testing.T, pool *pgxpool.Pool, n int) string {
+	t.Helper()
+	if _, err := pool.Exec(t.Context(), `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT gen_random_uuid(), 'account', 'a' || g, 'e', '{}' FROM generate_series(1, $1::int) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	quoted, err := sqlq.QuoteSchema("outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return quoted
 }

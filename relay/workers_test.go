@@ -397,16 +397,8 @@ func TestOrderedWorkerBehindKeepsTheRelayBusy(t *testing.T) {
 	// aggregate ids in each worker's share: the relay leases all 16 partitions, dealt out
 	// by position (even ones to worker 0)
 	inShare := func(share, n int, prefix string) []string {
-		rows, err := pool.Query(t.Context(), `SELECT id FROM (SELECT $3 || g AS id FROM generate_series(1, 100000) g) ids
+		return queryStrings(t, pool, `SELECT id FROM (SELECT $3 || g AS id FROM generate_series(1, 100000) g) ids
 			WHERE outbox.partition_of('order', id) * 16 / 4096 % 2 = $1 LIMIT $2`, share, n, prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ids
 	}
 	backlog, trickle := inShare(0, 12000, "backlog-"), inShare(1, 200, "trickle-")
 	enqueue(t, pool, backlog, 1)
@@ -493,29 +485,15 @@ func TestOrderedRelayProbesAfterAWakeupForAnotherRelaysEvents(t *testing.T) {
 	// aggregates in each relay's partitions
 	idsOf := func(r *relay.Relay) []string {
 		t.Helper()
-		rows, err := pool.Query(t.Context(), `SELECT 'o' || g FROM generate_series(1, 100000) g
+		return queryStrings(t, pool, `SELECT 'o' || g FROM generate_series(1, 100000) g
 			WHERE outbox.partition_of('order', 'o' || g) * 16 / 4096 = ANY(ARRAY(SELECT partition FROM outbox.leases WHERE owner = $1))
 			LIMIT 40`, r.Owner())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ids
 	}
 	mine, theirs := idsOf(relays[1]), idsOf(relays[0])
 	n := newNotifier(t, pool)
 	write := func(id string) {
 		t.Helper()
-		if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error {
-			return outbox.Enqueue(t.Context(), outbox.PgxTx(tx), outbox.Event{
-				AggregateType: "order", AggregateID: id, EventType: "order.changed", Payload: []byte(`{}`),
-			})
-		}, n.AfterCommit); err != nil {
-			t.Fatal(err)
-		}
+		enqueueWoken(t, pool, n, id)
 		waitUntil(t, wakeDeadline, id+" delivered", func() bool {
 			return delivered(id)(sinks[0].Messages()) || delivered(id)(sinks[1].Messages())
 		})
@@ -560,13 +538,7 @@ func TestOrderedRelayFollowingATrickleClaimsWithoutProbing(t *testing.T) {
 	n := newNotifier(t, pool)
 	write := func(id string) {
 		t.Helper()
-		if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error {
-			return outbox.Enqueue(t.Context(), outbox.PgxTx(tx), outbox.Event{
-				AggregateType: "order", AggregateID: id, EventType: "order.changed", Payload: []byte(`{}`),
-			})
-		}, n.AfterCommit); err != nil {
-			t.Fatal(err)
-		}
+		enqueueWoken(t, pool, n, id)
 		waitFor(t, sink, wakeDeadline, id, delivered(id))
 	}
 	write("first") // after an idle spell: probed
@@ -583,4 +555,31 @@ func TestOrderedRelayFollowingATrickleClaimsWithoutProbing(t *testing.T) {
 	if probed > events/4 {
 		t.Fatalf("%d probes beside %d claims for a trickle of %d events, want at most %d", probed, claims, events, events/4)
 	}
+}
+
+// enqueueWoken commits one event of aggregate order/id and wakes the relays with n, as a
+// service does.
+func enqueueWoken(t *testing.T, pool *pgxpool.Pool, n *outbox.Notifier, id string) {
+	t.Helper()
+	if err := outbox.WithTx(t.Context(), pool, func(tx pgx.Tx) error {
+		return outbox.Enqueue(t.Context(), outbox.PgxTx(tx), outbox.Event{
+			AggregateType: "order", AggregateID: id, EventType: "order.changed", Payload: []byte(`{}`),
+		})
+	}, n.AfterCommit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queryStrings returns the first column of sql's rows, as text.
+func queryStrings(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return values
 }
