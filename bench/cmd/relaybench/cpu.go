@@ -18,17 +18,17 @@ const relayApp = "relaybench relay"
 
 // cpuMark is the CPU time used so far, by role, at one moment of a run.
 type cpuMark struct {
-	at             time.Time
-	machine        time.Duration // every CPU of the machine, busy
-	child, self    time.Duration // the relay child's process, this one's
-	backends       map[int]proccpu.Backend
-	childPID, cpus int
+	at          time.Time
+	machine     time.Duration // every CPU of the machine, busy
+	child, self time.Duration // the relay child's process, this one's
+	backends    map[int]proccpu.Backend
+	cpus        int
 }
 
 // markCPU reads the CPU time used so far by the machine, the relay child childPID, this
 // process and every backend of pool's database (the server runs on this machine).
 func markCPU(ctx context.Context, pool *pgxpool.Pool, childPID int) (cpuMark, error) {
-	m := cpuMark{at: time.Now(), childPID: childPID, cpus: runtime.NumCPU()}
+	m := cpuMark{at: time.Now(), cpus: runtime.NumCPU()}
 	var err error
 	if m.machine, err = proccpu.Machine(); err != nil {
 		return cpuMark{}, err
