@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,6 +47,8 @@ type childConfig struct {
 	Receipts   string // record sink: file for the receipts
 	Timeout    time.Duration
 	JITOff     bool // SET jit = off in the relays' sessions
+	// AppName is the application_name of the relays' connections (empty: relayApp).
+	AppName string
 	// Cold: the relays start at GO (not before READY): no lease held, no peer counted.
 	Cold bool
 	// FollowLoop > 0: instead of relays, run the plain-SQL follow loop polling this
@@ -114,7 +117,7 @@ func runChild(cfg childConfig, in io.Reader, out io.Writer) error {
 		}
 	}()
 	for i := range cfg.Instances {
-		params := map[string]string{"application_name": relayApp}
+		params := map[string]string{"application_name": cmp.Or(cfg.AppName, relayApp)}
 		if cfg.JITOff {
 			params["jit"] = "off"
 		}

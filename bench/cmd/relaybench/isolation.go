@@ -45,6 +45,11 @@ const (
 	stallEventType = "stall"
 	// isolationLead is how long the trickle runs before the trouble starts.
 	isolationLead = 2 * time.Second
+	// floodSchema holds the flood of troubleFloodUnread and troubleFloodApart.
+	floodSchema = "outbox_flood"
+	// floodRelayApp is the application_name of troubleFloodApart's relays: their
+	// backends count among the other backends, not the trickle's relays'.
+	floodRelayApp = "relaybench flood relay"
 )
 
 // isolationTrouble is what troubles the relay while the trickle runs.
@@ -53,11 +58,16 @@ type isolationTrouble string
 const (
 	troubleNone  isolationTrouble = "none"  // the control
 	troubleFlood isolationTrouble = "flood" // a type flooding the table
-	// troubleFloodUnread: the same flood written into another outbox schema, which no
-	// relay reads: what the flood's writes alone cost the machine
+	// troubleFloodUnread: the same flood written into another outbox schema
+	// (floodSchema), which no relay reads: what the flood's writes alone cost the machine
 	troubleFloodUnread isolationTrouble = "flood unread"
-	troubleHot         isolationTrouble = "hot"   // one aggregate's deep backlog
-	troubleStall       isolationTrouble = "stall" // the same, one of its messages held by the sink
+	// troubleFloodApart: the same flood written into floodSchema, drained by relays of
+	// their own (as many, in a second child process): the trickle's relays and the
+	// flood's share nothing but the machine. The reference for isolation inside the
+	// relays: what the flood's drain costs the trickle through the machine alone
+	troubleFloodApart isolationTrouble = "flood apart"
+	troubleHot        isolationTrouble = "hot"   // one aggregate's deep backlog
+	troubleStall      isolationTrouble = "stall" // the same, one of its messages held by the sink
 )
 
 // isolationCase is one run: a relay set-up, a trickle, and a trouble.
@@ -84,7 +94,7 @@ func (b *bench) isolationScenarios() []isolationCase {
 	for _, n := range []int{1, 4} {
 		sc := fmt.Sprintf("noisy neighbour, %d relay(s)", n)
 		quiet := isolationCase{key: fmt.Sprintf("flood%d", n), scenario: sc, relays: n, trickleType: "quiet", trickleAggregates: 50, rate: 50}
-		for _, t := range []isolationTrouble{troubleNone, troubleFloodUnread, troubleFlood} {
+		for _, t := range []isolationTrouble{troubleNone, troubleFloodUnread, troubleFloodApart, troubleFlood} {
 			quiet.trouble = t
 			out = append(out, quiet)
 		}
@@ -102,18 +112,34 @@ func (b *bench) isolationScenarios() []isolationCase {
 var isolationScenarioKeys = []string{"flood1", "flood4", "hot", "shapes"}
 
 // isolationBases are the troubles a run of trouble t is compared with, in its scenario
-// and round: the control, and for the flood the same flood unread, for the stall the hot
-// aggregate without it.
+// and round: the control, and for the flood the same flood unread and apart, for the
+// stall the hot aggregate without it.
 func isolationBases(t isolationTrouble) []isolationTrouble {
 	switch t {
 	case troubleFlood:
-		return []isolationTrouble{troubleNone, troubleFloodUnread}
-	case troubleFloodUnread, troubleHot:
+		return []isolationTrouble{troubleNone, troubleFloodUnread, troubleFloodApart}
+	case troubleFloodUnread, troubleFloodApart, troubleHot:
 		return []isolationTrouble{troubleNone}
 	case troubleStall:
 		return []isolationTrouble{troubleHot}
 	}
 	return nil
+}
+
+// isolationReference says what the ratio of a run of trouble t against one of base
+// shows, when that ratio is no target ("": a target).
+func isolationReference(t, base isolationTrouble) string {
+	switch {
+	case t == troubleFloodUnread:
+		return "what the flood's writes alone cost the trickle"
+	case t == troubleFloodApart:
+		return "what the flood, written and drained by relays of its own, costs the trickle through the machine alone: the reference for isolation inside the relays"
+	case base == troubleFloodUnread:
+		return "what draining the flood adds to its writes"
+	case base == troubleFloodApart:
+		return "what sharing the relays and the table with the flood adds to sharing the machine"
+	}
+	return ""
 }
 
 // isolationResult is what one case measured.
@@ -182,10 +208,36 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 	if c.trouble == troubleStall {
 		sink, hold = sinkRecordStall, b.o.isolationStall
 	}
-	child, err := startChild(ctx, childConfig{
+	cc := childConfig{
 		DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts,
 		Relay: relay.Config{ClaimCooldown: b.o.isolationCooldown, BatchSize: b.o.isolationBatch, Concurrency: b.o.isolationWorkers, Retention: relay.Retention{Mode: relay.RetentionMode(b.o.isolationRetention)}},
-	})
+	}
+	if c.trouble == troubleFloodUnread || c.trouble == troubleFloodApart {
+		if err := b.resetFloodSchema(ctx); err != nil {
+			return isolationResult{}, err
+		}
+	}
+	// every run starts from a checkpoint: one forced by the WAL of the runs before would
+	// otherwise land inside some runs and not others
+	if _, err := b.pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		return isolationResult{}, fmt.Errorf("checkpoint: %w", err)
+	}
+	if c.trouble == troubleFloodApart {
+		apart := cc
+		apart.Relay.Schema, apart.AppName, apart.Sink, apart.Latency, apart.Receipts = floodSchema, floodRelayApp, sinkRecord, 0, filepath.Join(dir, "flood-receipts")
+		floodChild, err := startChild(ctx, apart)
+		if err != nil {
+			return isolationResult{}, fmt.Errorf("the flood's relays: %w", err)
+		}
+		defer func() {
+			if err := floodChild.send("STOP"); err != nil {
+				floodChild.kill()
+				return
+			}
+			_, _ = floodChild.result()
+		}()
+	}
+	child, err := startChild(ctx, cc)
 	if err != nil {
 		return isolationResult{}, err
 	}
@@ -292,37 +344,45 @@ func (b *bench) isolationMeasure(ctx context.Context, c isolationCase, child *ch
 	return res, nil
 }
 
+// resetFloodSchema creates floodSchema afresh, with the same relay configuration as the
+// trickle's schema (resetForRelay).
+func (b *bench) resetFloodSchema(ctx context.Context) error {
+	if _, err := b.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+floodSchema+" CASCADE"); err != nil {
+		return fmt.Errorf("drop schema %s: %w", floodSchema, err)
+	}
+	m, err := outboxmigrate.New(&outboxmigrate.Config{Schema: floodSchema})
+	if err != nil {
+		return err
+	}
+	if _, err := m.Migrate(ctx, b.pool); err != nil {
+		return fmt.Errorf("migrate schema %s: %w", floodSchema, err)
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO `+floodSchema+`.relay_config (mode, partitions) VALUES ($1, 16)`, string(relay.Ordered)); err != nil {
+		return fmt.Errorf("record %s.relay_config: %w", floodSchema, err)
+	}
+	return nil
+}
+
 // trouble writes the trouble's events and returns when its first commit began and how
 // many events it wrote:
 //   - flood: -isolation-flood events of type "flood" over 1,000 aggregates, in
 //     transactions of 100 events through Enqueue on 4 connections, spread over
-//     -isolation-flood-time;
+//     -isolation-flood-time (flood unread, flood apart: into floodSchema);
 //   - hot, stall: -isolation-hot events of one aggregate, in one statement (stall: the
 //     100th is the one the sink holds).
 func (b *bench) trouble(ctx context.Context, t isolationTrouble, notifier *outbox.Notifier) (time.Time, int, error) {
 	began := time.Now()
 	switch t {
-	case troubleFlood, troubleFloodUnread:
+	case troubleFlood, troubleFloodUnread, troubleFloodApart:
 		const perTx, writers = 100, 4
 		enqueue, wake := outbox.Enqueue, notifier.AfterCommit
-		if t == troubleFloodUnread {
-			schema := "outbox_unread"
-			if _, err := b.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-				return began, 0, fmt.Errorf("drop schema %s: %w", schema, err)
-			}
-			m, err := outboxmigrate.New(&outboxmigrate.Config{Schema: schema})
-			if err != nil {
-				return began, 0, err
-			}
-			if _, err := m.Migrate(ctx, b.pool); err != nil {
-				return began, 0, fmt.Errorf("migrate schema %s: %w", schema, err)
-			}
-			writer, err := outbox.NewWriter(&outbox.WriterConfig{Schema: schema})
+		if t != troubleFlood {
+			writer, err := outbox.NewWriter(&outbox.WriterConfig{Schema: floodSchema})
 			if err != nil {
 				return began, 0, err
 			}
 			enqueue = writer.Enqueue
-			n, err := outbox.NewNotifier(b.pool, &outbox.NotifierConfig{Schema: schema})
+			n, err := outbox.NewNotifier(b.pool, &outbox.NotifierConfig{Schema: floodSchema})
 			if err != nil {
 				return began, 0, err
 			}
@@ -384,14 +444,17 @@ func (b *bench) waitTroubleDrained(ctx context.Context, t isolationTrouble) (tim
 	if t == troubleFloodUnread {
 		return time.Now(), nil // written: nothing drains it
 	}
-	typ, id := "flood", ""
-	if t != troubleFlood {
+	schema, typ, id := "outbox", "flood", ""
+	switch t {
+	case troubleFloodApart:
+		schema = floodSchema
+	case troubleHot, troubleStall:
 		typ, id = "order", "hot"
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var pending bool
-		err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox.events
+		err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+schema+`.events
 			WHERE published_at IS NULL AND dead_at IS NULL AND aggregate_type = $1 AND ($2 = '' OR aggregate_id = $2))`, typ, id).Scan(&pending)
 		if err != nil {
 			return time.Time{}, fmt.Errorf("wait for the trouble to drain: %w", err)
@@ -473,8 +536,10 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	}
 	p("Latency runs from just before the trickle's COMMIT to the sink, as in the latency part. %s after the trickle starts, the trouble starts: ", isolationLead)
 	p("**flood**: %d events of type `flood` over 1,000 aggregates, 100 a transaction through `Enqueue` on 4 connections, over %s, while the trickle is type `quiet` at 50 events/s over 50 aggregates; ", b.o.isolationFlood, b.o.isolationFloodTime)
+	p("**flood unread**: the same flood written into another outbox schema, which no relay reads (what the flood's writes cost the machine); **flood apart**: the same, drained by as many relays of its own in a second child process (the trickle's relays and the flood's share only the machine: what the flood's drain costs the trickle through the machine alone, the reference for isolation inside the relays; their backends count among the other backends, their process only in the machine's total); ")
 	p("**hot**: one aggregate's %d events in one statement, while the trickle is 200 events/s over %d other aggregates; ", b.o.isolationHot, b.o.aggregates)
 	p("**stall**: the same, and the sink holds the hot aggregate's 100th message for %s (its later messages wait behind it, as a pipelining broker client's would; the other aggregates of the same Publish call are received at once). ", b.o.isolationStall)
+	p("Every run starts from a `CHECKPOINT`. ")
 	p("\"During\" counts the trickle events committed from the trouble's first commit until its last event was published (the control: every event after the first %s); the ratio is a run's p99 during its trouble against the p99 of its scenario's control in the same round (stall: against the hot run's). ", isolationLead)
 	p("Milliseconds:\n\n")
 	p("The trickle's own transactions (BEGIN to the end of COMMIT) are shown too: the commit is inside the latency, and what the trouble's writes cost the machine shows there first. ")
@@ -492,6 +557,7 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	}
 	ratios := map[string][]float64{}
 	afterRatios := map[string][]float64{} // the same from the end of COMMIT
+	references := map[string]string{}     // the ratios that are no target: what they show
 	var order []string
 	for _, r := range results {
 		var cells []string
@@ -505,6 +571,7 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 			name := fmt.Sprintf("%s, %s against %s", r.c.scenario, r.c.trouble, base)
 			if _, seen := ratios[name]; !seen {
 				order = append(order, name)
+				references[name] = isolationReference(r.c.trouble, base)
 			}
 			ratios[name] = append(ratios[name], x)
 			afterRatios[name] = append(afterRatios[name], float64(percentile(r.afterDuring, 99))/float64(percentile(ctl.afterDuring, 99)))
@@ -521,9 +588,8 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	var targets []string
 	for _, name := range order {
 		m := medianFloat(ratios[name])
-		if strings.Contains(name, string(troubleFloodUnread)) { // flood unread against none, flood against flood unread
-			// not a target: what the machine's load does to the trickle
-			p("\n%s: the trickle's p99 %.2f × (median of %d rounds: %s; not a target: flood unread against none is what the flood's writes alone cost, flood against flood unread the relay's own share).", name, m, len(ratios[name]), joinFloats(ratios[name], "%.2f"))
+		if ref := references[name]; ref != "" {
+			p("\n%s: the trickle's p99 %.2f × (median of %d rounds: %s; not a target: %s).", name, m, len(ratios[name]), joinFloats(ratios[name], "%.2f"), ref)
 			continue
 		}
 		targets = append(targets, fmt.Sprintf("Isolation, %s: trickle p99 during the trouble ≤ %.0f × (median of %d rounds): %s — %.2f × (rounds: %s).",
