@@ -325,12 +325,26 @@ type claimScope struct {
 	rotation *rotation
 	// worker is the claiming worker's index (its floor's full claims are its own)
 	worker int
+	// lane: the aggregate types the worker claims
+	lane lane
+}
+
+// laneTypes returns the aggregate types a claim of lane ln is limited to (only; nil:
+// every type) and those it leaves out (skip; nil: none).
+func (b *batcher) laneTypes(ln lane) (only, skip []string) {
+	switch ln {
+	case laneIsolated:
+		return b.cfg.IsolatedTypes, nil
+	case laneOthers:
+		return nil, b.cfg.IsolatedTypes
+	}
+	return nil, nil
 }
 
 // scope returns the claim scope of worker share over the relay partitions parts (nil or
 // all of them: no filter).
 func (b *batcher) scope(parts []int, share workerShare) claimScope {
-	s := claimScope{parts: parts, rotation: &b.rotations[min(share.index, len(b.rotations)-1)], worker: share.index}
+	s := claimScope{parts: parts, rotation: &b.rotations[min(share.index, len(b.rotations)-1)], worker: share.index, lane: share.lane}
 	if len(parts) == b.cfg.Partitions {
 		s.parts = nil
 	}
@@ -358,6 +372,7 @@ func (b *batcher) ready(ctx context.Context, share workerShare, askBacklog bool)
 	)
 	fa := b.floor.args(time.Now(), share.index)
 	p := probeParams{Floor: fa.floor, Replays: fa.replays, Scope: scope, Partitions: b.cfg.Partitions, Backlog: askBacklog}
+	p.OnlyTypes, p.SkipTypes = b.laneTypes(share.lane)
 	if err := b.pool.QueryRow(ctx, b.q.probe.SQL, b.q.probe.Args(&p)...).
 		Scan(&ready, &backlog, &minPending, &saw.xmin, &saw.xmax, &saw.replays, &due); err != nil {
 		return false, false, fmt.Errorf("probe for work: %w", err)
@@ -374,11 +389,13 @@ func (b *batcher) ready(ctx context.Context, share workerShare, askBacklog bool)
 
 // probeParams holds the parameters of probe.sql, bound by name.
 type probeParams struct {
-	Floor      int64 `sql:"floor"`
-	Replays    int64 `sql:"replays"`
-	Scope      []int `sql:"scope"` // nil: all
-	Partitions int   `sql:"partitions"`
-	Backlog    bool  `sql:"backlog"` // whether to answer backlog
+	Floor      int64    `sql:"floor"`
+	Replays    int64    `sql:"replays"`
+	Scope      []int    `sql:"scope"` // nil: all
+	Partitions int      `sql:"partitions"`
+	Backlog    bool     `sql:"backlog"`    // whether to answer backlog
+	OnlyTypes  []string `sql:"only_types"` // the lane's types (nil: all)
+	SkipTypes  []string `sql:"skip_types"` // the types of another lane (nil: none)
 }
 
 // genericPlans makes the rest of a transaction's prepared statements run on their generic

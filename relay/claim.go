@@ -111,12 +111,13 @@ func (b *batcher) claimQuery(scope claimScope, fa floorArgs) claimQuery {
 	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
 	heads := min(batchSize, maxEvents)
 	types, ids, limitTypes, limits := scope.rotation.args(heads)
+	only, skip := b.laneTypes(scope.lane)
 	return claimQuery{
 		heads: heads,
 		ordered: &orderedClaim{
 			Floor: fa.floor, Replays: fa.replays, Scope: scope.parts, Heads: heads, MaxPerAggregate: b.cfg.MaxPerAggregate,
 			PublishPastDead: b.cfg.PublishPastDead, MaxEvents: maxEvents, Partitions: b.cfg.Partitions,
-			CursorTypes: types, CursorIDs: ids, LimitTypes: limitTypes, Limits: limits,
+			CursorTypes: types, CursorIDs: ids, LimitTypes: limitTypes, Limits: limits, OnlyTypes: only, SkipTypes: skip,
 		},
 		capacity: maxEvents,
 	}
@@ -144,6 +145,8 @@ type orderedClaim struct {
 	CursorTypes     []string `sql:"cursor_types"`
 	CursorIDs       []string `sql:"cursor_ids"`
 	LimitTypes      []string `sql:"limit_types"`
+	OnlyTypes       []string `sql:"only_types"`
+	SkipTypes       []string `sql:"skip_types"`
 	Limits          []int    `sql:"limits"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/slogdefault"
@@ -166,6 +167,14 @@ type Config struct {
 	// takes each one's first in turn), and a share a type leaves unused goes to the types
 	// that need it (ADR 0034). Default: none, every type weighs 1 (equal shares).
 	TypeWeights map[string]int
+	// IsolatedTypes (ordered mode) are aggregate types claimed by workers of their own
+	// (ADR 0039): of the relay's Concurrency workers, the last claims every other type
+	// and the rest these types, each lane over all the relay's partitions. A flood of an
+	// isolated type then never delays the others' claims: their events wait for no
+	// claim or commit of it, only for the database's CPU. Name the types that flood (a
+	// bulk import, a backfill). Needs a Concurrency of 2 or more. Default: none, every
+	// worker claims every type.
+	IsolatedTypes []string
 	// BreakerMinAggregates: a batch in which nothing succeeded and failures span at
 	// least this many distinct aggregates means the sink is down (as does any error
 	// wrapped with outbox.Unavailable). Default [DefaultBreakerMinAggregates] (3).
@@ -268,6 +277,7 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.Logger = slogdefault.Logger()
 	}
 	cfg.TypeWeights = maps.Clone(cfg.TypeWeights) // the caller's map may change
+	cfg.IsolatedTypes = slices.Clone(cfg.IsolatedTypes)
 
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
@@ -292,6 +302,13 @@ func (c *Config) withDefaults() (Config, error) {
 	check(cfg.PublishCalls >= 1 && cfg.PublishCalls <= 1024, "PublishCalls must be between 1 and 1024, got %d", cfg.PublishCalls)
 	for t, w := range cfg.TypeWeights {
 		check(t != "" && w >= 1 && w <= maxBatchSize, "TypeWeights must map aggregate types to weights between 1 and %d, got %q: %d", maxBatchSize, t, w)
+	}
+	if len(cfg.IsolatedTypes) > 0 {
+		check(cfg.Mode == Ordered, "IsolatedTypes needs Mode %q, got %q", Ordered, cfg.Mode)
+		check(cfg.Concurrency >= 2, "IsolatedTypes needs a Concurrency of 2 or more (a worker for the other types), got %d", cfg.Concurrency)
+		for i, t := range cfg.IsolatedTypes {
+			check(t != "" && !slices.Contains(cfg.IsolatedTypes[:i], t), "IsolatedTypes must name distinct aggregate types, got %q", cfg.IsolatedTypes)
+		}
 	}
 	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)
 	check(cfg.RetryBaseDelay > 0, "RetryBaseDelay must be positive, got %s", cfg.RetryBaseDelay)

@@ -445,3 +445,58 @@ func TestTypeSharesFollowNeedAndWeights(t *testing.T) {
 		}
 	})
 }
+
+// typeMixSink counts the Publish calls that carry events of an isolated type beside
+// events of another.
+type typeMixSink struct {
+	*stallingSink
+	isolated string
+	mixed    atomic.Int32
+}
+
+func (s *typeMixSink) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	iso := 0
+	for _, m := range msgs {
+		if m.AggregateType == s.isolated {
+			iso++
+		}
+	}
+	if iso > 0 && iso < len(msgs) {
+		s.mixed.Add(1)
+	}
+	return s.stallingSink.Publish(ctx, msgs)
+}
+
+// An isolated type has workers of its own (Config.IsolatedTypes, ADR 0039): while its
+// Publish call is held, the other types' events are claimed and published by the other
+// lane, over every partition, and no call mixes the two. Without lanes, the worker that
+// holds the call was dealt half the partitions, and the quiet events there waited for
+// it (and its claims took them beside the bulk ones).
+func TestIsolatedTypeHasWorkersOfItsOwn(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	sink := &typeMixSink{stallingSink: newStallingSink(func(m outbox.Message) bool { return m.AggregateType == "bulk" }), isolated: "bulk"}
+	cfg := fastConfig()
+	cfg.Concurrency, cfg.IsolatedTypes = 2, []string{"bulk"}
+	cfg.SlowPublish = time.Minute // a batch waits for its held call: only the other lane goes on
+	start(t, newRelay(t, pool, sink, cfg))
+	execSQL(t, pool, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, aggregate_version, event_type)
+		SELECT gen_random_uuid(), 'bulk', 'b' || ((g - 1) % 10), (g - 1) / 10 + 1, 'bulk.x' FROM generate_series(1, 200) g`)
+	select {
+	case <-sink.stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no bulk event reached the sink")
+	}
+	execSQL(t, pool, `INSERT INTO outbox.events (id, aggregate_type, aggregate_id, aggregate_version, event_type)
+		SELECT gen_random_uuid(), 'quiet', 'q' || g, 1, 'quiet.x' FROM generate_series(1, 20) g`)
+	waitDelivered(t, &sink.Sink, "q", 20, 10*time.Second, "the quiet type waits for the bulk type's held call")
+	if n := deliveredOf(&sink.Sink, "b"); n != 0 {
+		t.Fatalf("%d bulk events delivered while their call was held", n)
+	}
+	close(sink.release)
+	waitDelivered(t, &sink.Sink, "b", 200, 30*time.Second, "the bulk type does not drain")
+	if n := sink.mixed.Load(); n > 0 {
+		t.Errorf("%d Publish calls mixed the bulk type with another", n)
+	}
+	checkOrder(t, sink.Messages())
+}

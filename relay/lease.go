@@ -33,17 +33,30 @@ type lease struct {
 	// publish hung on a dead connection must not keep a partition forever.
 	busy      int
 	busySince time.Time
-	// claiming counts this relay's batches whose transaction includes the partition and
-	// has not ended: their claims locked its rows, and their commits will change them.
-	// passedOver: a claim left the partition out meanwhile; the workers are woken when
-	// the last of those transactions ends.
-	claiming   int
+	// claiming counts, by lane, this relay's batches whose transaction includes the
+	// partition and has not ended: their claims locked its rows, and their commits will
+	// change them. A claim whose lane overlaps theirs leaves the partition out (lanes of
+	// different types never pick the same aggregates, ADR 0039). passedOver: a claim
+	// left the partition out meanwhile; the workers are woken when the last of those
+	// transactions ends.
+	claiming   [lanes]int
 	passedOver bool
 	// releasing: the relay holds more than its share and gives this partition back as
 	// soon as no batch includes it; new batches leave it out meanwhile. A relay busy
 	// with a backlog would otherwise never find a partition idle to give to a relay
 	// that joins.
 	releasing bool
+}
+
+// heldFrom reports whether a batch of a lane that overlaps ln holds the partition in its
+// transaction.
+func (l *lease) heldFrom(ln lane) bool {
+	for o, n := range l.claiming {
+		if n > 0 && ln.overlaps(lane(o)) {
+			return true
+		}
+	}
+	return false
 }
 
 // leaseKeeper keeps a relay's membership among the relays of its schema (a heartbeat in
@@ -111,7 +124,7 @@ func (k *leaseKeeper) claimable(now time.Time, share workerShare) claimedParts {
 	c := claimedParts{dealt: k.dealtLocked(now, share)}
 	for _, p := range c.dealt {
 		l := k.owned[p]
-		if l.claiming > 0 {
+		if l.heldFrom(share.lane) {
 			l.passedOver = true
 			continue
 		}
@@ -120,7 +133,7 @@ func (k *leaseKeeper) claimable(now time.Time, share workerShare) claimedParts {
 			l.busySince = now
 		}
 		l.busy++
-		l.claiming++
+		l.claiming[share.lane]++
 	}
 	parts, epochs := c.parts, c.epochs
 	// each of its own partitions still held at its epoch, with k.mu held
@@ -141,8 +154,8 @@ func (k *leaseKeeper) claimable(now time.Time, share workerShare) claimedParts {
 		if !ended {
 			ended = true
 			each(func(l *lease) {
-				l.claiming--
-				if l.claiming == 0 && l.passedOver {
+				l.claiming[share.lane]--
+				if l.claiming[share.lane] == 0 && l.passedOver {
 					l.passedOver, wake = false, true
 				}
 			})

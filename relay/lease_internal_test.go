@@ -88,7 +88,7 @@ func TestClaimableLeavesOutASiblingsPartitionsUntilItsTransactionEnds(t *testing
 		t.Errorf("%d wake-ups in all, want 1", wakes)
 	}
 	for p, l := range k.owned {
-		if l.busy != 0 || l.claiming != 0 {
+		if l.busy != 0 || l.claiming != [lanes]int{} {
 			t.Errorf("partition %d: busy %d claiming %d after every batch ended", p, l.busy, l.claiming)
 		}
 	}

@@ -34,6 +34,10 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		"BatchTimeout":     {BatchTimeout: -1},
 		"RetryBaseDelay":   {RetryBaseDelay: -1},
 		"BreakerMinAggreg": {BreakerMinAggregates: -1},
+		// a lane of the other types needs a worker of its own, and lanes need order
+		"IsolatedTypes needs a Concurrency": {IsolatedTypes: []string{"bulk"}},
+		"IsolatedTypes needs Mode":          {Mode: relay.Unordered, Concurrency: 2, IsolatedTypes: []string{"bulk"}},
+		"IsolatedTypes must name distinct":  {Concurrency: 2, IsolatedTypes: []string{"bulk", "bulk"}},
 	}
 	for field, cfg := range cases {
 		_, err := relay.New(pool, &memsink.Sink{}, cfg)

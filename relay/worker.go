@@ -57,7 +57,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			r.skipTurn()
 			continue
 		}
-		share := workerShare{index: worker, of: n}
+		share := workerShare{index: worker, of: n, lane: laneOf(&r.cfg, worker, n)}
 		probed := false // the probe just ran: it saw what the claim would
 		if probe {
 			ready, backlog, err := r.batches.ready(hard, share, r.mayGetBusy(n))
@@ -179,7 +179,7 @@ func (r *Relay) dealMoved(worker int, parts []int) bool {
 	if worker >= active {
 		return true
 	}
-	return !slices.Equal(r.leases.dealt(time.Now(), workerShare{index: worker, of: active}), parts)
+	return !slices.Equal(r.leases.dealt(time.Now(), workerShare{index: worker, of: active, lane: laneOf(&r.cfg, worker, active)}), parts)
 }
 
 // probeAfter reports whether a worker whose idle wait ended (woken: by a wake-up) asks
@@ -277,16 +277,54 @@ func (r *Relay) idleWait() time.Duration {
 	return idle
 }
 
-// workerShare says which of a relay's active workers runs a batch: worker index of of.
-type workerShare struct{ index, of int }
+// workerShare says which of a relay's active workers runs a batch: worker index of of,
+// in lane.
+type workerShare struct {
+	index, of int
+	lane      lane
+}
 
-// deal returns the share's turn of parts: every of-th one from index.
+// lane is which aggregate types a worker claims (Config.IsolatedTypes, ADR 0039).
+type lane int8
+
+const (
+	laneAll      lane = iota // every type: no lanes
+	laneIsolated             // Config.IsolatedTypes only
+	laneOthers               // every type but those
+	lanes                    // how many lanes there are
+)
+
+// overlaps reports whether the claims of lanes l and o may take the same aggregates.
+func (l lane) overlaps(o lane) bool { return l == laneAll || o == laneAll || l == o }
+
+// laneOf returns the lane of worker index of of: with IsolatedTypes, the last worker
+// claims the other types and the ones before it the isolated types.
+func laneOf(cfg *Config, index, of int) lane {
+	switch {
+	case len(cfg.IsolatedTypes) == 0 || of < 2:
+		return laneAll
+	case index == of-1:
+		return laneOthers
+	}
+	return laneIsolated
+}
+
+// deal returns the share's turn of parts: every of-th one from index; in a lane, every
+// partition to the other types' worker, and the isolated types' workers deal them among
+// themselves.
 func (s workerShare) deal(parts []int) []int {
-	if s.of <= 1 {
+	of := s.of
+	switch s.lane {
+	case laneOthers:
+		return parts
+	case laneIsolated:
+		of--
+	}
+	if of <= 1 {
 		return parts
 	}
 	var mine []int
-	for i := s.index; i < len(parts); i += s.of {
+	for i := s.index; i < len(parts); i += of {
 		mine = append(mine, parts[i])
 	}
 	return mine

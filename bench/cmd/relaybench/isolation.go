@@ -210,7 +210,10 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 	}
 	cc := childConfig{
 		DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts,
-		Relay: relay.Config{ClaimCooldown: b.o.isolationCooldown, BatchSize: b.o.isolationBatch, Concurrency: b.o.isolationWorkers, Retention: relay.Retention{Mode: relay.RetentionMode(b.o.isolationRetention)}},
+		Relay: relay.Config{
+			ClaimCooldown: b.o.isolationCooldown, BatchSize: b.o.isolationBatch, Concurrency: b.o.isolationWorkers, IsolatedTypes: b.o.isolationIsolated,
+			Retention: relay.Retention{Mode: relay.RetentionMode(b.o.isolationRetention)},
+		},
 	}
 	if c.trouble == troubleFloodUnread || c.trouble == troubleFloodApart {
 		if err := b.resetFloodSchema(ctx); err != nil {
@@ -225,6 +228,10 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 	if c.trouble == troubleFloodApart {
 		apart := cc
 		apart.Relay.Schema, apart.AppName, apart.Sink, apart.Latency, apart.Receipts = floodSchema, floodRelayApp, sinkRecord, 0, filepath.Join(dir, "flood-receipts")
+		// its schema holds the flood alone: no lanes, and the default Concurrency, as one
+		// relay per process follows a flood (the trickle's own -isolation-concurrency is
+		// what its lanes need)
+		apart.Relay.IsolatedTypes, apart.Relay.Concurrency = nil, 0
 		floodChild, err := startChild(ctx, apart)
 		if err != nil {
 			return isolationResult{}, fmt.Errorf("the flood's relays: %w", err)
@@ -534,9 +541,15 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	if b.o.isolationRetention != "" {
 		p("The relays' retention mode: %s. ", b.o.isolationRetention)
 	}
+	if b.o.isolationWorkers != 0 {
+		p("The relays' Concurrency: %d. ", b.o.isolationWorkers)
+	}
+	if len(b.o.isolationIsolated) > 0 {
+		p("The relays' IsolatedTypes (the trickle's relays only): %s. ", strings.Join(b.o.isolationIsolated, ", "))
+	}
 	p("Latency runs from just before the trickle's COMMIT to the sink, as in the latency part. %s after the trickle starts, the trouble starts: ", isolationLead)
 	p("**flood**: %d events of type `flood` over 1,000 aggregates, 100 a transaction through `Enqueue` on 4 connections, over %s, while the trickle is type `quiet` at 50 events/s over 50 aggregates; ", b.o.isolationFlood, b.o.isolationFloodTime)
-	p("**flood unread**: the same flood written into another outbox schema, which no relay reads (what the flood's writes cost the machine); **flood apart**: the same, drained by as many relays of its own in a second child process (the trickle's relays and the flood's share only the machine: what the flood's drain costs the trickle through the machine alone, the reference for isolation inside the relays; their backends count among the other backends, their process only in the machine's total); ")
+	p("**flood unread**: the same flood written into another outbox schema, which no relay reads (what the flood's writes cost the machine); **flood apart**: the same, drained by as many relays of its own (with the default Concurrency) in a second child process (the trickle's relays and the flood's share only the machine: what the flood's drain costs the trickle through the machine alone, the reference for isolation inside the relays; their backends count among the other backends, their process only in the machine's total); ")
 	p("**hot**: one aggregate's %d events in one statement, while the trickle is 200 events/s over %d other aggregates; ", b.o.isolationHot, b.o.aggregates)
 	p("**stall**: the same, and the sink holds the hot aggregate's 100th message for %s (its later messages wait behind it, as a pipelining broker client's would; the other aggregates of the same Publish call are received at once). ", b.o.isolationStall)
 	p("Every run starts from a `CHECKPOINT`. ")

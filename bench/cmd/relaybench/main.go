@@ -97,6 +97,7 @@ type options struct {
 	isolationCooldown  time.Duration // isolation: the relays' ClaimCooldown (0: the default)
 	isolationBatch     int           // isolation: the relays' BatchSize (0: the default)
 	isolationWorkers   int           // isolation: the relays' Concurrency (0: the default)
+	isolationIsolated  []string      // isolation: the relays' IsolatedTypes
 	isolationRetention string        // isolation: the relays' retention mode ("": the default)
 
 	cdcPoll     time.Duration // cdc: the PollInterval of the relay beside the Source
@@ -146,6 +147,7 @@ func main() {
 	flag.DurationVar(&o.isolationCooldown, "isolation-cooldown", 0, "isolation: the relays' ClaimCooldown (0: the default; negative: none)")
 	flag.IntVar(&o.isolationBatch, "isolation-batch", 0, "isolation: the relays' BatchSize (0: the default)")
 	flag.IntVar(&o.isolationWorkers, "isolation-concurrency", 0, "isolation: the relays' Concurrency (0: the default)")
+	isolated := flag.String("isolation-isolated-types", "", "isolation: the relays' IsolatedTypes, comma-separated (e.g. flood; needs -isolation-concurrency 2 or more)")
 	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "claim: published rows behind the pending ones")
 	flag.DurationVar(&o.cdcPoll, "cdc-poll-interval", 30*time.Second, "cdc: PollInterval of the relay beside the cdc.Source (WakeupPoll): when its polling claims take up what CDC left")
 	flag.IntVar(&o.cdcWriters, "cdc-writers", 4, "cdc: connections the burst's producer writes on")
@@ -155,6 +157,9 @@ func main() {
 
 	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseModes(*modes, &o.modes), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates), parsePeers(*peers, &o.peers))
 	o.latencyPaths = strings.Split(*latencyPaths, ",")
+	if *isolated != "" {
+		o.isolationIsolated = strings.Split(*isolated, ",")
+	}
 	o.isolationScenarios = strings.Split(*isolationScenarios, ",")
 	for _, k := range o.isolationScenarios {
 		if !slices.Contains(isolationScenarioKeys, k) {

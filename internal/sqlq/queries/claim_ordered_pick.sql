@@ -24,7 +24,10 @@
 --   @limit_types, @limits: the most heads of each of these types the claim takes
 --     (text[], int[]; a type not named gets the equal share): the relay sets them from
 --     its last claim (relay/heads.go), giving a type the share another left unused, in
---     proportion to Config.TypeWeights.
+--     proportion to Config.TypeWeights;
+--   @only_types, @skip_types: the aggregate types the claim may take (text[]; null: every
+--     type) and those it leaves out (text[]; null: none): a relay's lanes
+--     (Config.IsolatedTypes, ADR 0039); a type left out is not read at all.
 --
 -- A row may be published only when it is its aggregate's head: the first pending row of
 -- the aggregate, not held by an earlier dead row. When at most 64 rows are pending from
@@ -87,8 +90,10 @@ held_any AS MATERIALIZED (
         LIMIT 1) n
 ), share AS MATERIALIZED (
     SELECT greatest(1, @heads::int / greatest(CASE WHEN (SELECT ok FROM few)
-        THEN (SELECT count(DISTINCT n.aggregate_type) FROM near n WHERE NOT n.aggregate_type = ANY((SELECT types FROM paused)::text[]))
-        ELSE (SELECT count(*) FROM types t WHERE NOT t.aggregate_type = ANY((SELECT types FROM paused)::text[])) END, 1)) AS heads
+        THEN (SELECT count(DISTINCT n.aggregate_type) FROM near n WHERE NOT n.aggregate_type = ANY((SELECT types FROM paused)::text[])
+            AND (@only_types::text[] IS NULL OR n.aggregate_type = ANY(@only_types::text[])) AND NOT n.aggregate_type = ANY(coalesce(@skip_types::text[], '{}')))
+        ELSE (SELECT count(*) FROM types t WHERE NOT t.aggregate_type = ANY((SELECT types FROM paused)::text[])
+            AND (@only_types::text[] IS NULL OR t.aggregate_type = ANY(@only_types::text[])) AND NOT t.aggregate_type = ANY(coalesce(@skip_types::text[], '{}'))) END, 1)) AS heads
 ), limits AS MATERIALIZED (
     -- the types the relay gives a limit of their own (their share of @heads as it sees
     -- it); the others get share's
@@ -159,8 +164,11 @@ held_any AS MATERIALIZED (
           LIMIT 1) IS NULL)
     LIMIT lim.n + 1
   ) h
-  -- a paused type is not read at all, nor anything when everything is paused
+  -- a paused type is not read at all, nor a type of another lane, nor anything when
+  -- everything is paused
   WHERE NOT ty.aggregate_type = ANY((SELECT types FROM paused)::text[]) AND NOT (SELECT everything FROM paused)
+    AND (@only_types::text[] IS NULL OR ty.aggregate_type = ANY(@only_types::text[]))
+    AND NOT ty.aggregate_type = ANY(coalesce(@skip_types::text[], '{}'))
   UNION ALL
   -- few: the same heads from near, which holds every pending row: each aggregate's
   -- first row there, in the rotation's order per type (after the cursor, then wrapped),
@@ -181,6 +189,9 @@ held_any AS MATERIALIZED (
       AND NOT (SELECT everything FROM paused)
       AND NOT a.aggregate_type = ANY((SELECT types FROM paused)::text[])
       AND NOT a.partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])
+      -- in this claim's lane
+      AND (@only_types::text[] IS NULL OR a.aggregate_type = ANY(@only_types::text[]))
+      AND NOT a.aggregate_type = ANY(coalesce(@skip_types::text[], '{}'))
       AND (NOT (SELECT yes FROM held_any) OR a.aggregate_type = ANY(@publish_past_dead::text[]) OR (
           SELECT d.seq FROM {{schema}}.events d
           WHERE d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id

@@ -1,5 +1,6 @@
 -- probe: is any event ready to publish in these relay partitions (@scope int[]; null:
--- all; @partitions the number of relay partitions, as in claim_ordered_pick.sql)? @floor,
+-- all; @partitions the number of relay partitions, as in claim_ordered_pick.sql), of the
+-- lane's aggregate types (@only_types, @skip_types, as in claim_ordered_pick.sql)? @floor,
 -- @replays: claim_floor.sql's (relay/batch.go's probeParams binds them by name).
 -- An idle relay asks this one cheap question (a walk of events_pending from the lowest
 -- pending row claim_floor.sql found) instead of opening a claim transaction; a true
@@ -10,19 +11,23 @@
 {{include claim_floor}}
 ready AS MATERIALIZED (
     SELECT CASE
-        -- no aggregate type or partition paused: the first due row in scope answers
-        WHEN cardinality((SELECT types FROM paused)) = 0 AND cardinality((SELECT parts FROM paused)) = 0 THEN EXISTS (
+        -- no aggregate type or partition paused, no lane: the first due row in scope answers
+        WHEN cardinality((SELECT types FROM paused)) = 0 AND cardinality((SELECT parts FROM paused)) = 0
+            AND @only_types::text[] IS NULL AND @skip_types::text[] IS NULL THEN EXISTS (
             SELECT 1 FROM {{schema}}.events
             WHERE published_at IS NULL AND dead_at IS NULL AND available_at <= now()
               AND seq >= (SELECT min_pending FROM seen)
               AND (@scope::int[] IS NULL OR partition * @partitions::int / 4096 = ANY(@scope::int[]))
               AND NOT (SELECT everything FROM paused))
-        -- a type or a partition paused: its rows are not in the index's order, so read at
-        -- most 1,000 due rows; none unpaused among them, but 1,000 read: there may be
-        -- more, and the claim (which skips a paused type without reading it) decides.
+        -- a type or a partition paused, or a lane: their rows are not in the index's order,
+        -- so read at most 1,000 due rows; none unpaused in the lane among them, but 1,000
+        -- read: there may be more, and the claim (which skips a paused type or one of
+        -- another lane without reading it) decides.
         -- Without this cap an idle relay re-read the whole paused backlog every poll.
         ELSE (SELECT coalesce(bool_or((@scope::int[] IS NULL OR r.partition * @partitions::int / 4096 = ANY(@scope::int[]))
                                      AND NOT r.aggregate_type = ANY((SELECT types FROM paused)::text[])
+                                     AND (@only_types::text[] IS NULL OR r.aggregate_type = ANY(@only_types::text[]))
+                                     AND NOT r.aggregate_type = ANY(coalesce(@skip_types::text[], '{}'))
                                      AND NOT r.partition * (SELECT n FROM paused) / 4096 = ANY((SELECT parts FROM paused)::int[])), false)
                      OR count(*) = 1000
               FROM (SELECT e.partition, e.aggregate_type FROM {{schema}}.events e
@@ -34,9 +39,11 @@ ready AS MATERIALIZED (
     END AS ready
 ), backlog AS MATERIALIZED (
     -- asked for (@backlog) and nothing paused: more than 64 of the first 256 ready rows
-    -- from the floor are in scope (a bounded read: past it, false)
-    SELECT count(*) FILTER (WHERE @scope::int[] IS NULL OR b.partition * @partitions::int / 4096 = ANY(@scope::int[])) > 64 AS yes
-    FROM (SELECT e.partition FROM {{schema}}.events e
+    -- from the floor are in scope and in the lane (a bounded read: past it, false)
+    SELECT count(*) FILTER (WHERE (@scope::int[] IS NULL OR b.partition * @partitions::int / 4096 = ANY(@scope::int[]))
+        AND (@only_types::text[] IS NULL OR b.aggregate_type = ANY(@only_types::text[]))
+        AND NOT b.aggregate_type = ANY(coalesce(@skip_types::text[], '{}'))) > 64 AS yes
+    FROM (SELECT e.partition, e.aggregate_type FROM {{schema}}.events e
           WHERE @backlog::boolean AND (SELECT ready FROM ready)
             AND cardinality((SELECT types FROM paused)) = 0 AND cardinality((SELECT parts FROM paused)) = 0
             AND e.published_at IS NULL AND e.dead_at IS NULL AND e.available_at <= now()

@@ -353,6 +353,8 @@ var options = []option{
 			return err
 		},
 	}.in(scopeRelay),
+	list("relay.isolated_types", "ordered mode: aggregate types claimed by workers of their own, the last worker claiming the others (comma-separated; needs relay.concurrency 2 or more)",
+		func(c *Config) *[]string { return &c.Relay.IsolatedTypes }).in(scopeRelay),
 	boolean("relay.synchronous_commit", "batch commits wait for the WAL flush", false,
 		func(c *Config) *bool { return &c.Relay.SynchronousCommit }).in(scopeRelay),
 	duration("relay.shutdown_timeout", "how long in-flight batches may take to settle after SIGTERM", relay.DefaultShutdownTimeout,
