@@ -49,3 +49,39 @@ func Example() {
 	// o-1 order.paid
 	// o-1 order.shipped
 }
+
+// Give a type that floods (a bulk import) workers of its own: the last of the relay's two
+// workers claims every other type, so an order event waits for none of the import's
+// claims or commits.
+func ExampleConfig_isolatedTypes() {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	pool := pgtest.ExamplePool() // in your code: pgxpool.New, then outboxmigrate's Migrate
+	events := []outbox.Event{{AggregateType: "order", AggregateID: "o-1", EventType: "order.created", Payload: []byte(`{}`)}}
+	for i := range 3 {
+		events = append(events, outbox.Event{AggregateType: "import", AggregateID: fmt.Sprintf("row-%d", i), EventType: "row.imported", Payload: []byte(`{}`)})
+	}
+	if err := outbox.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Enqueue(ctx, outbox.PgxTx(tx), events...) }); err != nil {
+		panic(err)
+	}
+
+	sink := &memsink.Sink{}
+	r, err := relay.New(pool, sink, &relay.Config{Concurrency: 2, IsolatedTypes: []string{"import"}})
+	if err != nil {
+		panic(err)
+	}
+	go func() {
+		_ = sink.WaitFor(ctx, len(events))
+		stop()
+	}()
+	if err := r.Run(ctx); err != nil {
+		panic(err)
+	}
+	byType := map[string]int{}
+	for _, m := range sink.Messages() {
+		byType[m.AggregateType]++
+	}
+	fmt.Println("import:", byType["import"], "order:", byType["order"])
+	// Output:
+	// import: 3 order: 1
+}
