@@ -220,46 +220,60 @@ func TestS7PoisonHoldsOnlyItsAggregate(t *testing.T) {
 }
 
 // Ordering under failure: a sink that rejects 20% of first attempts at random;
-// 10k events over 200 aggregates in ordered mode: first deliveries in order per aggregate.
+// 10k events over 200 aggregates of one type and 5k over 100 of another, in ordered
+// mode: first deliveries in order per aggregate. Also with the first type isolated
+// (IsolatedTypes, ADR 0039): its two workers deal the partitions, a third claims the
+// other type over all of them.
 func TestOrderUnderRandomFailures(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	perAggregate := 50
-	if testing.Short() {
-		perAggregate = 10
-	}
-	enqueue(t, pool, aggregates("r", 200), perAggregate)
-	total := 200 * perAggregate
-	var mu sync.Mutex
-	tried := map[string]bool{}
-	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // test randomness
-	sink := &memsink.Sink{FailFunc: func(m outbox.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		first := !tried[m.ID.String()]
-		tried[m.ID.String()] = true
-		if first && rng.Float64() < 0.2 {
-			return errors.New("transient failure")
-		}
-		return nil
-	}}
-	cfg := fastConfig()
-	cfg.BreakerMinAggregates = 1000 // these are per-message failures, not an outage
-	cfg.RetryBaseDelay = 5 * time.Millisecond
-	cfg.RetryMaxDelay = 20 * time.Millisecond
-	cfg.Concurrency = 2
-	r := newRelay(t, pool, sink, cfg)
-	began := time.Now()
-	start(t, r)
-	waitSQL(t, pool, 3*time.Minute, total, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
-	t.Logf("drained %d events in %s: %+v", total, time.Since(began), r.Stats())
-	msgs := sink.Messages()
-	if distinctIDs(msgs) != total {
-		t.Fatalf("%d distinct events delivered, want %d", distinctIDs(msgs), total)
-	}
-	checkOrder(t, msgs)
-	if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE attempts > 1`); n == 0 {
-		t.Fatal("no event was retried: the failure injection did not work")
+	for _, tc := range []struct {
+		name     string
+		workers  int
+		isolated []string
+	}{{"one-lane", 2, nil}, {"isolated-type", 3, []string{"order"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			perAggregate := 50
+			if testing.Short() {
+				perAggregate = 10
+			}
+			enqueue(t, pool, aggregates("r", 200), perAggregate)
+			execSQL(t, pool, fmt.Sprintf(`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, aggregate_version, event_type)
+				SELECT gen_random_uuid(), 'other', 'o' || ((g - 1) %% 100), (g - 1) / 100 + 1, 'other.x' FROM generate_series(1, %d) g`, 100*perAggregate))
+			total := 300 * perAggregate
+			var mu sync.Mutex
+			tried := map[string]bool{}
+			rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // test randomness
+			sink := &memsink.Sink{FailFunc: func(m outbox.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				first := !tried[m.ID.String()]
+				tried[m.ID.String()] = true
+				if first && rng.Float64() < 0.2 {
+					return errors.New("transient failure")
+				}
+				return nil
+			}}
+			cfg := fastConfig()
+			cfg.BreakerMinAggregates = 1000 // these are per-message failures, not an outage
+			cfg.RetryBaseDelay = 5 * time.Millisecond
+			cfg.RetryMaxDelay = 20 * time.Millisecond
+			cfg.Concurrency, cfg.IsolatedTypes = tc.workers, tc.isolated
+			r := newRelay(t, pool, sink, cfg)
+			began := time.Now()
+			start(t, r)
+			waitSQL(t, pool, 3*time.Minute, total, `SELECT count(*) FROM outbox.events WHERE published_at IS NOT NULL`)
+			t.Logf("drained %d events in %s: %+v", total, time.Since(began), r.Stats())
+			msgs := sink.Messages()
+			if distinctIDs(msgs) != total {
+				t.Fatalf("%d distinct events delivered, want %d", distinctIDs(msgs), total)
+			}
+			checkOrder(t, msgs)
+			if n := queryInt(t, pool, `SELECT count(*) FROM outbox.events WHERE attempts > 1`); n == 0 {
+				t.Fatal("no event was retried: the failure injection did not work")
+			}
+		})
 	}
 }
 
