@@ -40,6 +40,7 @@ relay:
   max_attempts: 12
   publish_past_dead: [a, b]
   type_weights: [pay=3, mail=1]
+  isolated_types: [import]
 retention:
   keep: 1h
 `)
@@ -54,6 +55,7 @@ retention:
 		"relay.max_attempts":      {"12", "config", "file", file},
 		"relay.publish_past_dead": {"a,b", "config", "file", file},
 		"relay.type_weights":      {"pay=3,mail=1", "config", "file", file},
+		"relay.isolated_types":    {"import", "config", "file", file},
 		"retention.keep":          {"1h", "config", "file", file},
 		"relay.lease_ttl":         {"10s", "default"},
 	} {
