@@ -166,14 +166,19 @@ func (b *bench) relayDrain(ctx context.Context, s relayShape, ret relay.Retentio
 // before they start: relays starting at once on an empty relay_config race (one of them
 // fails with "read relay_config: no rows in result set"; see the report).
 func resetForRelay(ctx context.Context, pool *pgxpool.Pool, mode relay.Mode) error {
-	if err := benchdb.ResetOutbox(ctx, pool); err != nil {
+	return resetSchemaForRelay(ctx, pool, "outbox", mode)
+}
+
+// resetSchemaForRelay is resetForRelay for the outbox schema named schema.
+func resetSchemaForRelay(ctx context.Context, pool *pgxpool.Pool, schema string, mode relay.Mode) error {
+	if err := benchdb.ResetSchema(ctx, pool, schema); err != nil {
 		return err
 	}
 	if mode == "" {
 		mode = relay.Ordered
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO outbox.relay_config (mode, partitions) VALUES ($1, 16)`, string(mode)); err != nil {
-		return fmt.Errorf("record relay_config: %w", err)
+	if _, err := pool.Exec(ctx, `INSERT INTO `+schema+`.relay_config (mode, partitions) VALUES ($1, 16)`, string(mode)); err != nil {
+		return fmt.Errorf("record %s.relay_config: %w", schema, err)
 	}
 	return nil
 }

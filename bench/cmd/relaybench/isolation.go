@@ -25,7 +25,6 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/bench/internal/benchreport"
-	"github.com/outboxkit/outbox/outboxmigrate"
 	"github.com/outboxkit/outbox/relay"
 )
 
@@ -216,7 +215,7 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 		},
 	}
 	if c.trouble == troubleFloodUnread || c.trouble == troubleFloodApart {
-		if err := b.resetFloodSchema(ctx); err != nil {
+		if err := resetSchemaForRelay(ctx, b.pool, floodSchema, relay.Ordered); err != nil {
 			return isolationResult{}, err
 		}
 	}
@@ -349,25 +348,6 @@ func (b *bench) isolationMeasure(ctx context.Context, c isolationCase, child *ch
 		return isolationResult{}, fmt.Errorf("no trickle event was committed while the trouble lasted (%s)", res.troubleTime)
 	}
 	return res, nil
-}
-
-// resetFloodSchema creates floodSchema afresh, with the same relay configuration as the
-// trickle's schema (resetForRelay).
-func (b *bench) resetFloodSchema(ctx context.Context) error {
-	if _, err := b.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+floodSchema+" CASCADE"); err != nil {
-		return fmt.Errorf("drop schema %s: %w", floodSchema, err)
-	}
-	m, err := outboxmigrate.New(&outboxmigrate.Config{Schema: floodSchema})
-	if err != nil {
-		return err
-	}
-	if _, err := m.Migrate(ctx, b.pool); err != nil {
-		return fmt.Errorf("migrate schema %s: %w", floodSchema, err)
-	}
-	if _, err := b.pool.Exec(ctx, `INSERT INTO `+floodSchema+`.relay_config (mode, partitions) VALUES ($1, 16)`, string(relay.Ordered)); err != nil {
-		return fmt.Errorf("record %s.relay_config: %w", floodSchema, err)
-	}
-	return nil
 }
 
 // trouble writes the trouble's events and returns when its first commit began and how

@@ -17,15 +17,20 @@ import (
 // leases, the notify trigger) and migrates it again, so a measurement starts on a
 // freshly migrated, empty schema.
 func ResetOutbox(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS outbox CASCADE"); err != nil {
-		return fmt.Errorf("drop schema outbox: %w", err)
+	return ResetSchema(ctx, pool, "outbox")
+}
+
+// ResetSchema is ResetOutbox for the outbox schema named schema (a plain identifier).
+func ResetSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		return fmt.Errorf("drop schema %s: %w", schema, err)
 	}
-	m, err := outboxmigrate.New(nil)
+	m, err := outboxmigrate.New(&outboxmigrate.Config{Schema: schema})
 	if err != nil {
 		return fmt.Errorf("new migrator: %w", err)
 	}
 	if _, err := m.Migrate(ctx, pool); err != nil {
-		return fmt.Errorf("migrate schema outbox: %w", err)
+		return fmt.Errorf("migrate schema %s: %w", schema, err)
 	}
 	return nil
 }
