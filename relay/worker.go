@@ -57,7 +57,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			r.skipTurn()
 			continue
 		}
-		share := workerShare{index: worker, of: n, lane: laneOf(&r.cfg, worker, n)}
+		share := r.shareOf(worker, n)
 		probed := false // the probe just ran: it saw what the claim would
 		if probe {
 			ready, backlog, err := r.batches.ready(hard, share, r.mayGetBusy(n))
@@ -179,7 +179,7 @@ func (r *Relay) dealMoved(worker int, parts []int) bool {
 	if worker >= active {
 		return true
 	}
-	return !slices.Equal(r.leases.dealt(time.Now(), workerShare{index: worker, of: active, lane: laneOf(&r.cfg, worker, active)}), parts)
+	return !slices.Equal(r.leases.dealt(time.Now(), r.shareOf(worker, active)), parts)
 }
 
 // probeAfter reports whether a worker whose idle wait ended (woken: by a wake-up) asks
@@ -297,16 +297,18 @@ const (
 // overlaps reports whether the claims of lanes l and o may take the same aggregates.
 func (l lane) overlaps(o lane) bool { return l == laneAll || o == laneAll || l == o }
 
-// laneOf returns the lane of worker index of of: with IsolatedTypes, the last worker
-// claims the other types and the ones before it the isolated types.
-func laneOf(cfg *Config, index, of int) lane {
+// shareOf returns the share of worker index of of active workers, in its lane: with
+// IsolatedTypes, the last worker claims the other types and the ones before it the
+// isolated types.
+func (r *Relay) shareOf(index, of int) workerShare {
+	s := workerShare{index: index, of: of, lane: laneIsolated}
 	switch {
-	case len(cfg.IsolatedTypes) == 0 || of < 2:
-		return laneAll
+	case len(r.cfg.IsolatedTypes) == 0 || of < 2:
+		s.lane = laneAll
 	case index == of-1:
-		return laneOthers
+		s.lane = laneOthers
 	}
-	return laneIsolated
+	return s
 }
 
 // deal returns the share's turn of parts: every of-th one from index; in a lane, every
