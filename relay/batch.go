@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,8 @@ type batcher struct {
 	cuts []atomic.Bool
 	// claimSizes: how many rows each worker's last claim returned (readClaimed's slices)
 	claimSizes claimSizes
+	// rates bound the claims of the types of Config.TypeRates (nil: none)
+	rates *typeRates
 }
 
 func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, log *slog.Logger, stats *counters, leases *leaseKeeper, owner string, workers int, claimedFull func(worker int, deep bool), wentOn, released func()) *batcher {
@@ -81,6 +84,7 @@ func newBatcher(pool *pgxpool.Pool, sink outbox.Sink, cfg *Config, q *queries, l
 		cuts:            make([]atomic.Bool, max(1, workers)),
 		claimSizes:      newClaimSizes(workers),
 		sessionSettings: []string{fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", iit.Milliseconds())},
+		rates:           newTypeRates(cfg.TypeRates),
 	}
 	if !cfg.SynchronousCommit {
 		// A lost mark means a duplicate, never a loss (the event is published again), so
@@ -373,6 +377,11 @@ func (b *batcher) ready(ctx context.Context, share workerShare, askBacklog bool)
 	fa := b.floor.args(time.Now(), share.index)
 	p := probeParams{Floor: fa.floor, Replays: fa.replays, Scope: scope, Partitions: b.cfg.Partitions, Backlog: askBacklog}
 	p.OnlyTypes, p.SkipTypes = b.laneTypes(share.lane)
+	if rates := b.rateAllowance(b.cfg.MaxPerAggregate); len(rates.skip) > 0 {
+		// the types their rates leave out are not work: their time comes as nextDue
+		p.SkipTypes = slices.Concat(p.SkipTypes, rates.skip)
+		b.rateHeld(rates.skip)
+	}
 	if err := b.pool.QueryRow(ctx, b.q.probe.SQL, b.q.probe.Args(&p)...).
 		Scan(&ready, &backlog, &minPending, &saw.xmin, &saw.xmax, &saw.replays, &due); err != nil {
 		return false, false, fmt.Errorf("probe for work: %w", err)

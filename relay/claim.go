@@ -61,10 +61,20 @@ func (b *batcher) claim(ctx context.Context, tx *batchTx, scope claimScope) (cla
 	c := b.assemble(read)
 	c.full = len(read.msgs) >= q.capacity
 	if b.cfg.Mode == Ordered {
+		b.rates.took(read.msgs)
+		cutOf, bound := read.msgs, q.rates.bound(read.msgs)
+		if len(bound) > 0 {
+			// their rates held these types back, not the claim: they neither make it full
+			// nor ask for a larger share
+			isBound := func(t string) bool { return slices.Contains(bound, t) }
+			saw.sharesFull = slices.DeleteFunc(saw.sharesFull, isBound)
+			cutOf = slices.DeleteFunc(slices.Clone(read.msgs), func(m outbox.Message) bool { return isBound(m.AggregateType) })
+		}
+		b.rateHeld(slices.Concat(q.rates.skip, bound))
 		scope.rotation.advance(read.msgs)
 		scope.rotation.share(read.msgs, saw.sharesFull, q.heads, b.cfg.TypeWeights)
 		// a type had more heads than its share: not caught up
-		allHeads, deep := b.cut(read.msgs, q.heads, q.capacity)
+		allHeads, deep := b.cut(cutOf, q.heads, q.capacity)
 		c.full = c.full || len(saw.sharesFull) > 0 || allHeads || deep
 		c.deep = deep
 	}
@@ -99,6 +109,7 @@ type claimQuery struct {
 	unordered *unorderedClaim // Unordered mode
 	capacity  int             // most rows the claim returns
 	heads     int             // ordered mode: most aggregates the claim takes
+	rates     rateAllowance   // ordered mode: what the rate-limited types may take
 }
 
 // claimQuery returns the parameters of the next claim in scope from the floor fa:
@@ -111,16 +122,36 @@ func (b *batcher) claimQuery(scope claimScope, fa floorArgs) claimQuery {
 	// at most MaxBatchEvents heads: each gets MaxBatchEvents / heads events
 	heads := min(batchSize, maxEvents)
 	types, ids, limitTypes, limits := scope.rotation.args(heads)
+	rates := b.rateAllowance(min(b.cfg.MaxPerAggregate, maxEvents/heads))
 	only, skip := b.laneTypes(scope.lane)
 	return claimQuery{
 		heads: heads,
 		ordered: &orderedClaim{
 			Floor: fa.floor, Replays: fa.replays, Scope: scope.parts, Heads: heads, MaxPerAggregate: b.cfg.MaxPerAggregate,
 			PublishPastDead: b.cfg.PublishPastDead, MaxEvents: maxEvents, Partitions: b.cfg.Partitions,
-			CursorTypes: types, CursorIDs: ids, LimitTypes: limitTypes, Limits: limits, OnlyTypes: only, SkipTypes: skip,
+			CursorTypes: types, CursorIDs: ids, LimitTypes: limitTypes, Limits: limits, OnlyTypes: only,
+			SkipTypes: slices.Concat(skip, rates.skip), CapTypes: rates.capTypes, Caps: rates.caps,
 		},
 		capacity: maxEvents,
+		rates:    rates,
 	}
+}
+
+// rateHeld makes the relay look again when the first of types, which their rates held
+// back, may be claimed again (batcher.nextDue): no wake-up comes for them.
+func (b *batcher) rateHeld(types []string) {
+	if len(types) > 0 {
+		b.noteDue(b.rates.refilled(types, int(b.leases.members.Load()), time.Now()))
+	}
+}
+
+// rateAllowance is what the rate-limited types (Config.TypeRates) may take now in a claim
+// whose heads bring at most perHead events each, the relay's part of their rates.
+func (b *batcher) rateAllowance(perHead int) rateAllowance {
+	if b.rates == nil {
+		return rateAllowance{}
+	}
+	return b.rates.allowance(time.Now(), int(b.leases.members.Load()), perHead)
 }
 
 // unorderedClaim holds the parameters of an unordered claim (claim_floor.sql's, then
@@ -148,6 +179,8 @@ type orderedClaim struct {
 	OnlyTypes       []string `sql:"only_types"`
 	SkipTypes       []string `sql:"skip_types"`
 	Limits          []int    `sql:"limits"`
+	CapTypes        []string `sql:"cap_types"`
+	Caps            []int    `sql:"caps"`
 }
 
 // claimStatement is a claim-shaped statement (a claim, or the poison search, which

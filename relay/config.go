@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -175,6 +176,15 @@ type Config struct {
 	// bulk import, a backfill). Needs a Concurrency of 2 or more. Default: none, every
 	// worker claims every type.
 	IsolatedTypes []string
+	// TypeRates (ordered mode) bounds how many events of each named aggregate type the
+	// schema's relays claim a second, together: each live relay claims its equal part
+	// (ADR 0040). A type over its rate waits in the table; the other types' claims go on.
+	// Name a type whose flood would take the database's CPU from the others (a bulk
+	// import, a backfill) or whose consumer takes only so many (a partner's webhook).
+	// Bursts are bounded: a claim takes no more heads of the type than a tenth of a
+	// second of its rate pays for (at least one, each with up to MaxPerAggregate events),
+	// and the type waits out what it took beyond that. Default: none, no type is limited.
+	TypeRates map[string]float64
 	// BreakerMinAggregates: a batch in which nothing succeeded and failures span at
 	// least this many distinct aggregates means the sink is down (as does any error
 	// wrapped with outbox.Unavailable). Default [DefaultBreakerMinAggregates] (3).
@@ -278,6 +288,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	cfg.TypeWeights = maps.Clone(cfg.TypeWeights) // the caller's map may change
 	cfg.IsolatedTypes = slices.Clone(cfg.IsolatedTypes)
+	cfg.TypeRates = maps.Clone(cfg.TypeRates)
 
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
@@ -309,6 +320,13 @@ func (c *Config) withDefaults() (Config, error) {
 		for i, t := range cfg.IsolatedTypes {
 			check(t != "" && !slices.Contains(cfg.IsolatedTypes[:i], t), "IsolatedTypes must name distinct aggregate types, got %q", cfg.IsolatedTypes)
 		}
+	}
+	if len(cfg.TypeRates) > 0 {
+		check(cfg.Mode == Ordered, "TypeRates needs Mode %q, got %q", Ordered, cfg.Mode)
+	}
+	for _, t := range slices.Sorted(maps.Keys(cfg.TypeRates)) {
+		r := cfg.TypeRates[t]
+		check(t != "" && r > 0 && !math.IsInf(r, 0), "TypeRates must map aggregate types to positive events a second, got %q: %v", t, r)
 	}
 	check(cfg.MaxAttempts >= 1, "MaxAttempts must be at least 1, got %d", cfg.MaxAttempts)
 	check(cfg.RetryBaseDelay > 0, "RetryBaseDelay must be positive, got %s", cfg.RetryBaseDelay)

@@ -38,6 +38,9 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		"IsolatedTypes needs a Concurrency": {IsolatedTypes: []string{"bulk"}},
 		"IsolatedTypes needs Mode":          {Mode: relay.Unordered, Concurrency: 2, IsolatedTypes: []string{"bulk"}},
 		"IsolatedTypes must name distinct":  {Concurrency: 2, IsolatedTypes: []string{"bulk", "bulk"}},
+		"TypeRates needs Mode":              {Mode: relay.Unordered, TypeRates: map[string]float64{"bulk": 10}},
+		`TypeRates must map aggregate types to positive events a second, got "bulk": 0`: {TypeRates: map[string]float64{"bulk": 0}},
+		`TypeRates must map aggregate types to positive events a second, got "": 1`:     {TypeRates: map[string]float64{"": 1}},
 	}
 	for field, cfg := range cases {
 		_, err := relay.New(pool, &memsink.Sink{}, cfg)

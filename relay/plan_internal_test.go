@@ -170,6 +170,8 @@ func literals(t *testing.T, args []any) (types, values string) {
 			ts, vs = append(ts, "bigint"), append(vs, strconv.FormatInt(v, 10))
 		case int:
 			ts, vs = append(ts, "int"), append(vs, strconv.Itoa(v))
+		case bool:
+			ts, vs = append(ts, "boolean"), append(vs, strconv.FormatBool(v))
 		case []int:
 			ts = append(ts, "int[]")
 			if v == nil {
@@ -192,6 +194,9 @@ func literals(t *testing.T, args []any) (types, values string) {
 }
 
 var scanNode = regexp.MustCompile(`Scan using (\w+) on`)
+
+// seqScanOfEvents matches a sequential scan of events in EXPLAIN (FORMAT JSON)'s plan.
+var seqScanOfEvents = regexp.MustCompile(`"Node Type": "Seq Scan",[^{}]*"Relation Name": "events"`)
 
 // probesThroughPending returns the scans of events_pending that filter on the
 // aggregate: a per-aggregate probe walking the pending rows in seq order.
@@ -448,4 +453,56 @@ func pendingAccounts(t *testing.T, pool *pgxpool.Pool, n int) string {
 		t.Fatal(err)
 	}
 	return quoted
+}
+
+// A lane's probe (Config.IsolatedTypes, ADR 0039; a type its rate holds back, ADR 0040)
+// reads the pending rows of its own types only: it walked 1,000 rows of the other lane's
+// flood at every wake-up, and answered yes whatever they were. Behind 5,000 pending rows
+// of one type and one row of another, each lane's probe answers from a few rows, on its
+// custom plan and on its generic one (the floor's own reads are a few hundred).
+func TestLaneProbeReadsOnlyItsLane(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	for _, sql := range []string{
+		`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload)
+		 SELECT gen_random_uuid(), 'flood', 'f' || (g % 500), 'e', '{}' FROM generate_series(1, 5000) g`,
+		`INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'quiet', 'q', 'e', '{}')`,
+		`ANALYZE outbox.events`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	quoted, err := sqlq.QuoteSchema("outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := sqlq.Bind[probeParams]("probe", quoted)
+	for _, c := range []struct {
+		name       string
+		only, skip []string
+		ready      bool
+	}{
+		{"the others' lane", nil, []string{"flood"}, true},
+		{"the isolated lane", []string{"flood"}, nil, true},
+		{"the isolated lane, its type held back by its rate", []string{"flood"}, []string{"flood"}, false},
+		{"the others' lane, every type held back", nil, []string{"flood", "quiet"}, false},
+	} {
+		p := probeParams{Partitions: 16, OnlyTypes: c.only, SkipTypes: c.skip}
+		var ready bool
+		if err := pool.QueryRow(ctx, "SELECT ready FROM ("+probe.SQL+") p(ready)", probe.Args(&p)...).Scan(&ready); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if ready != c.ready {
+			t.Errorf("%s: ready %v, want %v", c.name, ready, c.ready)
+		}
+		types, values := literals(t, probe.Args(&p))
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan, work := explainAnalyze(ctx, t, pool, []string{"SET LOCAL plan_cache_mode = " + mode}, probe.SQL, types, values)
+			if work > 600 || seqScanOfEvents.MatchString(plan) {
+				t.Errorf("%s, %s: the probe handled %d rows; plan:\n%s", c.name, mode, work, plan)
+			}
+		}
+	}
 }

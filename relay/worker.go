@@ -49,7 +49,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			continue
 		}
 		if !afterFull {
-			r.coolDown(ctx)
+			r.coolDown(ctx, worker)
 		}
 		claiming = true
 		n := r.activeWorkers()
@@ -65,7 +65,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			if err == nil && !ready {
 				r.batches.breaker.inconclusive()
 				woken = wait(ctx, r.idleWait(), r.wake.of(worker))
-				probe = r.probeAfter(woken, true)
+				probe = r.probeAfter(worker, woken, true)
 				continue
 			}
 			if backlog && r.becameBusy() {
@@ -119,7 +119,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 				_, _, _ = r.batches.ready(hard, share, false)
 			}
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
-			probe = r.probeAfter(woken, true)
+			probe = r.probeAfter(worker, woken, true)
 		case res.down:
 			// Its rows went back untouched: claim them again when the breaker lets a
 			// batch through (acquire), not at a wake-up that may never come.
@@ -130,7 +130,7 @@ func (r *Relay) work(ctx, hard context.Context, worker int) error {
 			// straight away — an empty claim is a transaction too, and it would start
 			// the claim cooldown again.
 			woken = wait(ctx, r.idleWait(), r.wake.of(worker))
-			probe = r.probeAfter(woken, false)
+			probe = r.probeAfter(worker, woken, false)
 		default:
 			probe = false
 		}
@@ -152,9 +152,14 @@ func (r *Relay) afterFailedBatch(failures int) time.Duration {
 // last claim that found events but not a full batch (the relay had caught up). Wake-ups
 // that come in the meantime coalesce into the claim that follows, so under a trickle each
 // worker claims at most once per cooldown, however often the relay is woken (ADR 0029).
-// ctx ending cuts the wait short.
-func (r *Relay) coolDown(ctx context.Context) {
+// ctx ending cuts the wait short. With lanes (Config.IsolatedTypes) the cooldown is the
+// lane's: a flood's claims, each stopped by its type's rate (ADR 0040), kept the other
+// types' worker waiting out their cooldowns, half of one on average for every event.
+func (r *Relay) coolDown(ctx context.Context, worker int) {
 	last := r.lastCaughtUp.Load()
+	if n := r.activeWorkers(); r.shareOf(worker, n).lane != laneAll {
+		last = r.laneCaughtUp(worker, n)
+	}
 	if r.cfg.ClaimCooldown <= 0 || last == 0 {
 		return
 	}
@@ -162,6 +167,19 @@ func (r *Relay) coolDown(ctx context.Context) {
 	if d := min(time.Until(time.Unix(0, last).Add(r.cfg.ClaimCooldown)), r.cfg.ClaimCooldown); d > 0 {
 		wait(ctx, d, nil)
 	}
+}
+
+// laneCaughtUp returns when (unix ns) a worker of worker's lane, of n active workers,
+// last caught up (0: never).
+func (r *Relay) laneCaughtUp(worker, n int) int64 {
+	var last int64
+	ln := r.shareOf(worker, n).lane
+	for i := range min(n, len(r.caughtUp)) {
+		if r.shareOf(i, n).lane == ln {
+			last = max(last, r.caughtUp[i].Load())
+		}
+	}
+	return last
 }
 
 // dealMoved reports whether, in ordered mode, worker's share of the relay's partitions
@@ -198,15 +216,25 @@ func (r *Relay) dealMoved(worker int, parts []int) bool {
 // four relays (their backends and process kept 14–18 % of a two-core machine busy for a
 // trickle of 50 events/s, against 5 % for one relay). After a look that found nothing it
 // asks first, until a look finds events.
-func (r *Relay) probeAfter(woken, foundNone bool) bool {
+//
+// So does the worker of the other types' lane (Config.IsolatedTypes, ADR 0039): it alone
+// claims those types, so a wake-up after it caught up is for events it will claim (ADR
+// 0040).
+func (r *Relay) probeAfter(worker int, woken, foundNone bool) bool {
 	if !woken {
 		return true
 	}
 	if r.wake.own == nil {
 		return false
 	}
-	following := !foundNone && r.activeWorkers() == 1 && time.Since(time.Unix(0, r.lastCaughtUp.Load())) < busyHold
-	return !following
+	if foundNone {
+		return true
+	}
+	n := r.activeWorkers()
+	if n == 1 {
+		return time.Since(time.Unix(0, r.lastCaughtUp.Load())) >= busyHold
+	}
+	return r.shareOf(worker, n).lane != laneOthers || time.Since(time.Unix(0, r.caughtUp[worker].Load())) >= busyHold
 }
 
 // busyHold is how long an ordered relay keeps all its workers claiming after it was last

@@ -61,16 +61,16 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 	n, batch, mpa := b.o.claimRows, b.o.batch, b.o.maxPerAggregate
 	maxEvents := min(batch*mpa, 10000) // the relay's default MaxBatchEvents
 	ordered := func(show bool) claimQuery {
-		return claimQuery{"ordered claim", "claim_ordered", fmt.Sprintf("0, 0, NULL, %d, %d, NULL, %d, 16, NULL, NULL, NULL, NULL", batch, mpa, maxEvents), show}
+		return claimQuery{"ordered claim", "claim_ordered", fmt.Sprintf("0, 0, NULL, %d, %d, NULL, %d, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL", batch, mpa, maxEvents), show}
 	}
 	unordered := claimQuery{"unordered claim", "claim_unordered", fmt.Sprintf("0, 0, %d", batch), false}
 	orderedQuarter := claimQuery{ // relay partitions 0-3 of 16: relay 1 of 4
 		"ordered claim, 1 of 4 relays", "claim_ordered",
-		fmt.Sprintf("0, 0, '{0,1,2,3}'::int[], %d, %d, NULL, %d, 16, NULL, NULL, NULL, NULL", batch, mpa, maxEvents), true,
+		fmt.Sprintf("0, 0, '{0,1,2,3}'::int[], %d, %d, NULL, %d, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL", batch, mpa, maxEvents), true,
 	}
 	orderedDelete := claimQuery{
 		"ordered claim, delete-on-publish", "claim_ordered_delete",
-		fmt.Sprintf("0, 0, NULL, %d, %d, NULL, %d, 16, NULL, NULL, NULL, NULL", batch, mpa, maxEvents), false,
+		fmt.Sprintf("0, 0, NULL, %d, %d, NULL, %d, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL", batch, mpa, maxEvents), false,
 	}
 	exec := func(qs ...string) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
@@ -137,9 +137,9 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 			steps(fill(n, false), exec("UPDATE outbox.events SET published_at = now(), attempts = attempts + 1 WHERE published_at IS NULL", "ANALYZE outbox.events"),
 				fill(claimTrickle, false), exec("CHECKPOINT"), setFloor),
 			[]claimQuery{
-				{"ordered claim, defaults, no floor", "claim_ordered", "0, 0, NULL, 100, 10, NULL, 1000, 16, NULL, NULL, NULL, NULL", false},
+				{"ordered claim, defaults, no floor", "claim_ordered", "0, 0, NULL, 100, 10, NULL, 1000, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL", false},
 				{"unordered claim, defaults, no floor", "claim_unordered", "0, 0, 100", false},
-				{"ordered claim, defaults, floor", "claim_ordered", floorArg + ", 0, NULL, 100, 10, NULL, 1000, 16, NULL, NULL, NULL, NULL", true},
+				{"ordered claim, defaults, floor", "claim_ordered", floorArg + ", 0, NULL, 100, 10, NULL, 1000, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL", true},
 				{"unordered claim, defaults, floor", "claim_unordered", floorArg + ", 0, 100", false},
 			},
 		},
@@ -157,8 +157,8 @@ func (b *bench) claim(ctx context.Context) (partReport, error) {
 				"INSERT INTO outbox.events (id, aggregate_type, aggregate_id, event_type, payload) SELECT gen_random_uuid(), 'quiet', 'quiet-' || g, 'quiet.changed', '{}' FROM generate_series(1, "+strconv.Itoa(claimTrickle)+") g",
 				"CHECKPOINT"), setFloor0),
 			[]claimQuery{
-				{"ordered claim, defaults, floor", "claim_ordered", floorArg + ", 0, NULL, 100, 10, NULL, 1000, 16, NULL, NULL, NULL, NULL", true},
-				{"ordered claim, defaults, floor, 1 of 4 relays", "claim_ordered", floorArg + ", 0, '{0,1,2,3}'::int[], 100, 10, NULL, 1000, 16, NULL, NULL, NULL, NULL", true},
+				{"ordered claim, defaults, floor", "claim_ordered", floorArg + ", 0, NULL, 100, 10, NULL, 1000, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL", true},
+				{"ordered claim, defaults, floor, 1 of 4 relays", "claim_ordered", floorArg + ", 0, '{0,1,2,3}'::int[], 100, 10, NULL, 1000, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL", true},
 				{"unordered claim, defaults, floor", "claim_unordered", floorArg + ", 0, 100", false},
 			},
 		},
@@ -281,7 +281,8 @@ var sqlInclude = regexp.MustCompile(`\{\{include ([a-z_]+)\}\}`)
 var claimParams = map[string]int{
 	"floor": 1, "replays": 2, "batch_size": 3, // unordered
 	"scope": 3, "heads": 4, "max_per_aggregate": 5, "publish_past_dead": 6, "max_events": 7,
-	"partitions": 8, "cursor_types": 9, "cursor_ids": 10, "limit_types": 11, "limits": 12, // ordered
+	"partitions": 8, "cursor_types": 9, "cursor_ids": 10, "limit_types": 11, "limits": 12,
+	"only_types": 13, "skip_types": 14, "cap_types": 15, "caps": 16, // ordered
 }
 
 // sqlParam is a named parameter of the relay's SQL.

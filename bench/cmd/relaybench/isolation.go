@@ -211,6 +211,7 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 		DSN: b.o.dsn, DB: b.o.database, Instances: c.relays, Sink: sink, Latency: hold, Receipts: receipts,
 		Relay: relay.Config{
 			ClaimCooldown: b.o.isolationCooldown, BatchSize: b.o.isolationBatch, Concurrency: b.o.isolationWorkers, IsolatedTypes: b.o.isolationIsolated,
+			TypeRates: b.o.isolationRates,
 			Retention: relay.Retention{Mode: relay.RetentionMode(b.o.isolationRetention)},
 		},
 	}
@@ -230,7 +231,7 @@ func (b *bench) isolationRun(ctx context.Context, c isolationCase) (isolationRes
 		// its schema holds the flood alone: no lanes, and the default Concurrency, as one
 		// relay per process follows a flood (the trickle's own -isolation-concurrency is
 		// what its lanes need)
-		apart.Relay.IsolatedTypes, apart.Relay.Concurrency = nil, 0
+		apart.Relay.IsolatedTypes, apart.Relay.Concurrency, apart.Relay.TypeRates = nil, 0, nil
 		floodChild, err := startChild(ctx, apart)
 		if err != nil {
 			return isolationResult{}, fmt.Errorf("the flood's relays: %w", err)
@@ -526,6 +527,9 @@ func (b *bench) isolationReport(results []isolationResult, shapes []shapeResult)
 	}
 	if len(b.o.isolationIsolated) > 0 {
 		p("The relays' IsolatedTypes (the trickle's relays only): %s. ", strings.Join(b.o.isolationIsolated, ", "))
+	}
+	if len(b.o.isolationRates) > 0 {
+		p("The relays' TypeRates (the trickle's relays only; events a second, the relays together): %v. ", b.o.isolationRates)
 	}
 	p("Latency runs from just before the trickle's COMMIT to the sink, as in the latency part. %s after the trickle starts, the trouble starts: ", isolationLead)
 	p("**flood**: %d events of type `flood` over 1,000 aggregates, 100 a transaction through `Enqueue` on 4 connections, over %s, while the trickle is type `quiet` at 50 events/s over 50 aggregates; ", b.o.isolationFlood, b.o.isolationFloodTime)

@@ -88,17 +88,18 @@ type options struct {
 	claimRows int
 	sqlDir    string
 
-	isolationScenarios []string      // isolation: the scenarios to run
-	isolationRounds    int           // isolation: rounds of every scenario
-	isolationFlood     int           // isolation: events of the flooding type
-	isolationFloodTime time.Duration // isolation: how long the flood takes to write
-	isolationHot       int           // isolation: events of the hot aggregate (and of the one-aggregate drain)
-	isolationStall     time.Duration // isolation: how long the sink holds the stalled message
-	isolationCooldown  time.Duration // isolation: the relays' ClaimCooldown (0: the default)
-	isolationBatch     int           // isolation: the relays' BatchSize (0: the default)
-	isolationWorkers   int           // isolation: the relays' Concurrency (0: the default)
-	isolationIsolated  []string      // isolation: the relays' IsolatedTypes
-	isolationRetention string        // isolation: the relays' retention mode ("": the default)
+	isolationScenarios []string           // isolation: the scenarios to run
+	isolationRounds    int                // isolation: rounds of every scenario
+	isolationFlood     int                // isolation: events of the flooding type
+	isolationFloodTime time.Duration      // isolation: how long the flood takes to write
+	isolationHot       int                // isolation: events of the hot aggregate (and of the one-aggregate drain)
+	isolationStall     time.Duration      // isolation: how long the sink holds the stalled message
+	isolationCooldown  time.Duration      // isolation: the relays' ClaimCooldown (0: the default)
+	isolationBatch     int                // isolation: the relays' BatchSize (0: the default)
+	isolationWorkers   int                // isolation: the relays' Concurrency (0: the default)
+	isolationIsolated  []string           // isolation: the relays' IsolatedTypes
+	isolationRates     map[string]float64 // isolation: the relays' TypeRates
+	isolationRetention string             // isolation: the relays' retention mode ("": the default)
 
 	cdcPoll     time.Duration // cdc: the PollInterval of the relay beside the Source
 	cdcWriters  int           // cdc: the burst's producer connections
@@ -147,6 +148,7 @@ func main() {
 	flag.DurationVar(&o.isolationCooldown, "isolation-cooldown", 0, "isolation: the relays' ClaimCooldown (0: the default; negative: none)")
 	flag.IntVar(&o.isolationBatch, "isolation-batch", 0, "isolation: the relays' BatchSize (0: the default)")
 	flag.IntVar(&o.isolationWorkers, "isolation-concurrency", 0, "isolation: the relays' Concurrency (0: the default)")
+	typeRates := flag.String("isolation-type-rates", "", "isolation: the relays' TypeRates, type=events a second, comma-separated (e.g. flood=4000)")
 	isolated := flag.String("isolation-isolated-types", "", "isolation: the relays' IsolatedTypes, comma-separated (e.g. flood; needs -isolation-concurrency 2 or more)")
 	flag.IntVar(&o.claimRows, "claim-rows", 1_000_000, "claim: published rows behind the pending ones")
 	flag.DurationVar(&o.cdcPoll, "cdc-poll-interval", 30*time.Second, "cdc: PollInterval of the relay beside the cdc.Source (WakeupPoll): when its polling claims take up what CDC left")
@@ -155,7 +157,7 @@ func main() {
 	flag.StringVar(&o.sqlDir, "sqldir", "../internal/sqlq/queries", "claim: directory of the relay's .sql files")
 	flag.Parse()
 
-	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseModes(*modes, &o.modes), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates), parsePeers(*peers, &o.peers))
+	err := errors.Join(parseRetentions(*retention, &o.retentions), parsePairs(*sweep, &o.orderedSweep), parseModes(*modes, &o.modes), parseInts(limitBatches, &o.limitBatches), parseInts(limitWorkers, &o.limitWorkers), parseInts(rates, &o.rates), parsePeers(*peers, &o.peers), parseTypeRates(*typeRates, &o.isolationRates))
 	o.latencyPaths = strings.Split(*latencyPaths, ",")
 	if *isolated != "" {
 		o.isolationIsolated = strings.Split(*isolated, ",")
@@ -207,6 +209,25 @@ func parseInts(s string, into *[]int) error {
 			return fmt.Errorf("%q: want positive integers separated by commas", s)
 		}
 		*into = append(*into, n)
+	}
+	return nil
+}
+
+// parseTypeRates reads type=rate items, comma-separated (none: s empty).
+func parseTypeRates(s string, into *map[string]float64) error {
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		t, v, ok := strings.Cut(f, "=")
+		r, err := strconv.ParseFloat(v, 64)
+		if !ok || t == "" || err != nil || r <= 0 {
+			return fmt.Errorf("-isolation-type-rates: %q: want type=events a second, a positive rate", f)
+		}
+		if *into == nil {
+			*into = map[string]float64{}
+		}
+		(*into)[t] = r
 	}
 	return nil
 }

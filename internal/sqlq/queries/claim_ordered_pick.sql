@@ -25,9 +25,13 @@
 --     (text[], int[]; a type not named gets the equal share): the relay sets them from
 --     its last claim (relay/heads.go), giving a type the share another left unused, in
 --     proportion to Config.TypeWeights;
+--   @cap_types, @caps: the most heads of each of these types the claim may take, whatever
+--     its limit or share (text[], int[]; a type not named has no cap): what their rates
+--     leave them (Config.TypeRates, relay/typerates.go);
 --   @only_types, @skip_types: the aggregate types the claim may take (text[]; null: every
 --     type) and those it leaves out (text[]; null: none): a relay's lanes
---     (Config.IsolatedTypes, ADR 0039); a type left out is not read at all.
+--     (Config.IsolatedTypes, ADR 0039), and the types whose rates have nothing left for
+--     now (Config.TypeRates, ADR 0040); a type left out is not read at all.
 --
 -- A row may be published only when it is its aggregate's head: the first pending row of
 -- the aggregate, not held by an earlier dead row. When at most 64 rows are pending from
@@ -98,13 +102,17 @@ held_any AS MATERIALIZED (
     -- the types the relay gives a limit of their own (their share of @heads as it sees
     -- it); the others get share's
     SELECT l.t, l.n FROM unnest(@limit_types::text[], @limits::int[]) AS l(t, n)
+), caps AS MATERIALIZED (
+    -- the types whose rate caps their heads (least() passes over a null: no cap)
+    SELECT c.t, c.n FROM unnest(@cap_types::text[], @caps::int[]) AS c(t, n)
 ), candidates AS MATERIALIZED (
   -- each type's claimable heads, in the rotation's order (turn), up to one more than its
   -- limit (lim): the one more says whether the type had more than its share
   SELECT h.seq, h.ctid, h.aggregate_type, h.aggregate_id, h.turn, lim.n AS lim
   FROM types ty
   CROSS JOIN LATERAL (
-    SELECT coalesce((SELECT l.n FROM limits l WHERE l.t = ty.aggregate_type), (SELECT heads FROM share)) AS n) lim
+    SELECT least(coalesce((SELECT l.n FROM limits l WHERE l.t = ty.aggregate_type), (SELECT heads FROM share)),
+        (SELECT c.n FROM caps c WHERE c.t = ty.aggregate_type)) AS n) lim
   CROSS JOIN LATERAL (
     -- row_number() over the rotation as it streams: no sort, and the rotation is still
     -- read no further than the limit
@@ -175,7 +183,8 @@ held_any AS MATERIALIZED (
   -- claimable ones only, a share per type
   SELECT s.seq, s.ctid, s.aggregate_type, s.aggregate_id, s.turn, s.lim FROM (
     SELECT a.*, row_number() OVER (PARTITION BY a.aggregate_type ORDER BY a.wrapped, a.aggregate_id) AS turn,
-        coalesce((SELECT l.n FROM limits l WHERE l.t = a.aggregate_type), (SELECT heads FROM share)) AS lim
+        least(coalesce((SELECT l.n FROM limits l WHERE l.t = a.aggregate_type), (SELECT heads FROM share)),
+            (SELECT c.n FROM caps c WHERE c.t = a.aggregate_type)) AS lim
     FROM (
       SELECT DISTINCT ON (n.aggregate_type, n.aggregate_id) n.*,
           n.aggregate_id <= coalesce((SELECT c.id FROM unnest(@cursor_types::text[], @cursor_ids::text[]) AS c(t, id) WHERE c.t = n.aggregate_type), '') AS wrapped

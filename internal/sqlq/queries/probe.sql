@@ -9,7 +9,24 @@
 -- relay that is not busy runs all its workers from this claim on: ADR 0035). After
 -- those, claim_seen.sql's columns: an idle relay's floor moves on too.
 {{include claim_floor}}
-ready AS MATERIALIZED (
+lane_types AS (
+    -- a lane's aggregate types with a pending row: @only_types as given, or else every
+    -- type but @skip_types, by a loose index scan of events_pending_aggregate (one
+    -- descent a type, as claim_ordered_pick.sql finds them); not read without a lane
+    (SELECT p.aggregate_type FROM {{schema}}.events p
+     WHERE @only_types::text[] IS NULL AND @skip_types::text[] IS NOT NULL
+       AND p.published_at IS NULL AND p.dead_at IS NULL
+     ORDER BY p.aggregate_type, p.aggregate_id, p.seq
+     LIMIT 1)
+    UNION ALL
+    SELECT n.aggregate_type
+    FROM lane_types t
+    CROSS JOIN LATERAL (
+        SELECT p.aggregate_type FROM {{schema}}.events p
+        WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.aggregate_type > t.aggregate_type
+        ORDER BY p.aggregate_type, p.aggregate_id, p.seq
+        LIMIT 1) n
+), ready AS MATERIALIZED (
     SELECT CASE
         -- no aggregate type or partition paused, no lane: the first due row in scope answers
         WHEN cardinality((SELECT types FROM paused)) = 0 AND cardinality((SELECT parts FROM paused)) = 0
@@ -19,7 +36,30 @@ ready AS MATERIALIZED (
               AND seq >= (SELECT min_pending FROM seen)
               AND (@scope::int[] IS NULL OR partition * @partitions::int / 4096 = ANY(@scope::int[]))
               AND NOT (SELECT everything FROM paused))
-        -- a type or a partition paused, or a lane: their rows are not in the index's order,
+        -- a lane, nothing paused: for each of the lane's types, its first due row in scope
+        -- among its first 1,000 pending rows (in events_pending_aggregate), or 1,000 read:
+        -- there may be more. The other lane's rows are never read, however many (a flood
+        -- of them made the probe of the bounded walk below read 1,000 rows at every
+        -- wake-up, and answer yes).
+        WHEN cardinality((SELECT types FROM paused)) = 0 AND cardinality((SELECT parts FROM paused)) = 0
+            AND NOT (SELECT everything FROM paused) THEN EXISTS (
+            SELECT 1
+            FROM (SELECT t FROM unnest(@only_types::text[]) AS t
+                  UNION ALL
+                  SELECT aggregate_type FROM lane_types) ty(t)
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM (
+                    SELECT e.available_at <= now() AND (@scope::int[] IS NULL OR e.partition * @partitions::int / 4096 = ANY(@scope::int[])) AS due,
+                        row_number() OVER () AS n
+                    FROM {{schema}}.events e
+                    WHERE e.published_at IS NULL AND e.dead_at IS NULL AND e.aggregate_type = ty.t
+                    -- the index's order: an index scan, never a scan of the table
+                    ORDER BY e.aggregate_type, e.aggregate_id, e.seq
+                    LIMIT 1000) r
+                WHERE r.due OR r.n = 1000
+                LIMIT 1) x
+            WHERE NOT ty.t = ANY(coalesce(@skip_types::text[], '{}')))
+        -- a type or a partition paused: their rows are not in the index's order,
         -- so read at most 1,000 due rows; none unpaused in the lane among them, but 1,000
         -- read: there may be more, and the claim (which skips a paused type or one of
         -- another lane without reading it) decides.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"slices"
@@ -241,20 +242,37 @@ func list(key, help string, field func(*Config) *[]string) option {
 
 // parseTypeWeights reads relay.type_weights: "type=weight" items, comma-separated.
 func parseTypeWeights(v string) (map[string]int, error) {
+	return parseTypeValues(v, "weight, a weight of 1 or more", func(s string) (int, bool) {
+		n, err := strconv.Atoi(s)
+		return n, err == nil && n >= 1
+	})
+}
+
+// parseTypeRates reads relay.type_rates: "type=events a second" items, comma-separated.
+func parseTypeRates(v string) (map[string]float64, error) {
+	return parseTypeValues(v, "rate, a positive number of events a second", func(s string) (float64, bool) {
+		r, err := strconv.ParseFloat(s, 64)
+		return r, err == nil && r > 0 && !math.IsInf(r, 0)
+	})
+}
+
+// parseTypeValues reads "type=value" items, comma-separated, each value read by parse
+// (false: refused, the error says want).
+func parseTypeValues[V any](v, want string, parse func(string) (V, bool)) (map[string]V, error) {
 	items := splitList(v)
 	if len(items) == 0 {
 		return nil, nil
 	}
-	weights := make(map[string]int, len(items))
+	values := make(map[string]V, len(items))
 	for _, item := range items {
-		typ, w, ok := strings.Cut(item, "=")
-		n, err := strconv.Atoi(strings.TrimSpace(w))
-		if typ = strings.TrimSpace(typ); !ok || typ == "" || err != nil || n < 1 {
-			return nil, fmt.Errorf("%q: want type=weight, a weight of 1 or more", item)
+		typ, s, ok := strings.Cut(item, "=")
+		value, valid := parse(strings.TrimSpace(s))
+		if typ = strings.TrimSpace(typ); !ok || typ == "" || !valid {
+			return nil, fmt.Errorf("%q: want type=%s", item, want)
 		}
-		weights[typ] = n
+		values[typ] = value
 	}
-	return weights, nil
+	return values, nil
 }
 
 func splitList(v string) []string {
@@ -350,6 +368,14 @@ var options = []option{
 		set: func(c *Config, v string) error {
 			weights, err := parseTypeWeights(v)
 			c.Relay.TypeWeights = weights
+			return err
+		},
+	}.in(scopeRelay),
+	option{
+		key: "relay.type_rates", help: "ordered mode: the most events a second of these aggregate types the schema's relays claim together, type=rate (comma-separated; types not named are not limited)",
+		set: func(c *Config, v string) error {
+			rates, err := parseTypeRates(v)
+			c.Relay.TypeRates = rates
 			return err
 		},
 	}.in(scopeRelay),

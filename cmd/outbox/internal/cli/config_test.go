@@ -41,6 +41,7 @@ relay:
   publish_past_dead: [a, b]
   type_weights: [pay=3, mail=1]
   isolated_types: [import]
+  type_rates: [import=250.5]
 retention:
   keep: 1h
 `)
@@ -56,6 +57,7 @@ retention:
 		"relay.publish_past_dead": {"a,b", "config", "file", file},
 		"relay.type_weights":      {"pay=3,mail=1", "config", "file", file},
 		"relay.isolated_types":    {"import", "config", "file", file},
+		"relay.type_rates":        {"import=250.5", "config", "file", file},
 		"retention.keep":          {"1h", "config", "file", file},
 		"relay.lease_ttl":         {"10s", "default"},
 	} {
@@ -81,6 +83,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"out of range", "retention:\n  batch_size: 0\n", nil, nil, "retention.batch_size: must be between 1 and 100000, got 0"},
 		{"bad enum", "relay:\n  mode: fifo\n", nil, nil, `relay.mode: must be one of ordered, unordered, got "fifo"`},
 		{"bad weight", "relay:\n  type_weights: [pay=0]\n", nil, nil, `relay.type_weights: "pay=0": want type=weight, a weight of 1 or more`},
+		{"bad rate", "relay:\n  type_rates: [import=-1]\n", nil, nil, `relay.type_rates: "import=-1": want type=rate, a positive number of events a second`},
 		{"bad yaml", "relay: [\n", nil, nil, "config file"},
 		{"unknown variable", "", []string{"OUTBOX_RELAY_BATCHSIZE=3"}, nil, "environment: OUTBOX_RELAY_BATCHSIZE: unknown variable"},
 		{"bad variable", "", []string{"OUTBOX_RELAY_SHUTDOWN_TIMEOUT=ten"}, nil, `OUTBOX_RELAY_SHUTDOWN_TIMEOUT: must be a duration`},
