@@ -7,6 +7,7 @@ import (
 	"embed"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -78,19 +79,29 @@ func Query(name, quotedSchema string) string {
 	return s
 }
 
-// text returns queries/<name>.sql with its includes expanded (one level deep: a shared
-// part includes nothing).
-func text(name string) string {
-	read := func(name string) string {
-		b, err := files.ReadFile("queries/" + name + ".sql")
-		if err != nil {
-			panic(fmt.Sprintf("sqlq: unknown query %q", name))
-		}
-		return string(b)
+// text returns queries/<name>.sql with its includes expanded, and theirs in turn.
+func text(name string) string { return expand(read(name), 0) }
+
+// maxIncludeDepth bounds how deep parts include parts (a cycle would never end).
+const maxIncludeDepth = 4
+
+// expand replaces each include of s, depth parts deep, with the part's text, expanded.
+func expand(s string, depth int) string {
+	if depth > maxIncludeDepth {
+		panic("sqlq: includes nested deeper than " + strconv.Itoa(maxIncludeDepth) + " (a cycle?)")
 	}
-	return include.ReplaceAllStringFunc(read(name), func(m string) string {
-		return part(read(include.FindStringSubmatch(m)[1]))
+	return include.ReplaceAllStringFunc(s, func(m string) string {
+		return expand(part(read(include.FindStringSubmatch(m)[1])), depth+1)
 	})
+}
+
+// read returns queries/<name>.sql as written.
+func read(name string) string {
+	b, err := files.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		panic(fmt.Sprintf("sqlq: unknown query %q", name))
+	}
+	return string(b)
 }
 
 // part is an included file as it goes into the including statement: without its header

@@ -22,4 +22,8 @@ func TestIncludesExpanded(t *testing.T) {
 	if !strings.Contains(q, `bound AS MATERIALIZED`) || !strings.Contains(q, `claimed AS MATERIALIZED`) || !strings.HasSuffix(strings.TrimSpace(q), "(SELECT types FROM shares_full)") {
 		t.Fatalf("claim_ordered_delete does not hold the shared part and its own end:\n%s", q)
 	}
+	// a part's part: claim_ordered_pick includes pending_types
+	if !strings.Contains(q, "),\ntypes AS (") {
+		t.Fatalf("claim_ordered_delete does not hold pending_types, included by claim_ordered_pick:\n%s", q)
+	}
 }

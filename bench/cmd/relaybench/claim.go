@@ -289,7 +289,7 @@ var claimParams = map[string]int{
 var sqlParam = regexp.MustCompile(`@([a-z_]+)`)
 
 // readSQL reads the relay's query name from dir, as the relay renders it (includes
-// expanded, named parameters numbered as claimParams says, schema not yet substituted).
+// expanded, and theirs, named parameters numbered as claimParams says, schema not yet substituted).
 func readSQL(dir, name string) (string, error) {
 	fsys := os.DirFS(dir) // reads stay inside dir
 	read := func(name string) (string, error) {
@@ -300,12 +300,18 @@ func readSQL(dir, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, m := range sqlInclude.FindAllStringSubmatch(text, -1) {
-		part, err := read(m[1])
-		if err != nil {
-			return "", err
+	// parts include parts: expand until none is left (a few rounds; a cycle is an error)
+	for round := 0; sqlInclude.MatchString(text); round++ {
+		if round == 4 {
+			return "", fmt.Errorf("%s: includes nested deeper than 4 (a cycle?)", name)
 		}
-		text = strings.ReplaceAll(text, m[0], part)
+		for _, m := range sqlInclude.FindAllStringSubmatch(text, -1) {
+			part, err := read(m[1])
+			if err != nil {
+				return "", err
+			}
+			text = strings.ReplaceAll(text, m[0], part)
+		}
 	}
 	var unknown error
 	text = sqlParam.ReplaceAllStringFunc(text, func(m string) string {

@@ -78,21 +78,12 @@ held_any AS MATERIALIZED (
     -- by discovery in events_pending_aggregate, whose drained rows' dead entries lie
     -- between the live aggregates where no bound can skip them
     SELECT count(*) <= CASE WHEN @scope::int[] IS NULL THEN 64 ELSE 512 END AS ok FROM near
-), types AS (
-    -- the aggregate types with a pending row, one index descent each (not when few)
-    (SELECT p.aggregate_type FROM {{schema}}.events p
-     WHERE p.published_at IS NULL AND p.dead_at IS NULL AND NOT (SELECT ok FROM few)
-     ORDER BY p.aggregate_type, p.aggregate_id, p.seq
-     LIMIT 1)
-    UNION ALL
-    SELECT n.aggregate_type
-    FROM types t
-    CROSS JOIN LATERAL (
-        SELECT p.aggregate_type FROM {{schema}}.events p
-        WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.aggregate_type > t.aggregate_type
-        ORDER BY p.aggregate_type, p.aggregate_id, p.seq
-        LIMIT 1) n
-), share AS MATERIALIZED (
+), types_wanted AS MATERIALIZED (
+    -- the aggregate types with a pending row (types) are read unless few
+    SELECT NOT ok AS yes FROM few
+),
+{{include pending_types}}
+share AS MATERIALIZED (
     SELECT greatest(1, @heads::int / greatest(CASE WHEN (SELECT ok FROM few)
         THEN (SELECT count(DISTINCT n.aggregate_type) FROM near n WHERE NOT n.aggregate_type = ANY((SELECT types FROM paused)::text[])
             AND (@only_types::text[] IS NULL OR n.aggregate_type = ANY(@only_types::text[])) AND NOT n.aggregate_type = ANY(coalesce(@skip_types::text[], '{}')))

@@ -9,24 +9,12 @@
 -- relay that is not busy runs all its workers from this claim on: ADR 0035). After
 -- those, claim_seen.sql's columns: an idle relay's floor moves on too.
 {{include claim_floor}}
-lane_types AS (
-    -- a lane's aggregate types with a pending row: @only_types as given, or else every
-    -- type but @skip_types, by a loose index scan of events_pending_aggregate (one
-    -- descent a type, as claim_ordered_pick.sql finds them); not read without a lane
-    (SELECT p.aggregate_type FROM {{schema}}.events p
-     WHERE @only_types::text[] IS NULL AND @skip_types::text[] IS NOT NULL
-       AND p.published_at IS NULL AND p.dead_at IS NULL
-     ORDER BY p.aggregate_type, p.aggregate_id, p.seq
-     LIMIT 1)
-    UNION ALL
-    SELECT n.aggregate_type
-    FROM lane_types t
-    CROSS JOIN LATERAL (
-        SELECT p.aggregate_type FROM {{schema}}.events p
-        WHERE p.published_at IS NULL AND p.dead_at IS NULL AND p.aggregate_type > t.aggregate_type
-        ORDER BY p.aggregate_type, p.aggregate_id, p.seq
-        LIMIT 1) n
-), ready AS MATERIALIZED (
+types_wanted AS MATERIALIZED (
+    -- a lane's types are every type but @skip_types: read the types with a pending row
+    SELECT @only_types::text[] IS NULL AND @skip_types::text[] IS NOT NULL AS yes
+),
+{{include pending_types}}
+ready AS MATERIALIZED (
     SELECT CASE
         -- no aggregate type or partition paused, no lane: the first due row in scope answers
         WHEN cardinality((SELECT types FROM paused)) = 0 AND cardinality((SELECT parts FROM paused)) = 0
@@ -36,7 +24,8 @@ lane_types AS (
               AND seq >= (SELECT min_pending FROM seen)
               AND (@scope::int[] IS NULL OR partition * @partitions::int / 4096 = ANY(@scope::int[]))
               AND NOT (SELECT everything FROM paused))
-        -- a lane, nothing paused: for each of the lane's types, its first due row in scope
+        -- a lane, nothing paused: for each of the lane's types (@only_types, or every type
+        -- with a pending row but @skip_types), its first due row in scope
         -- among its first 1,000 pending rows (in events_pending_aggregate), or 1,000 read:
         -- there may be more. The other lane's rows are never read, however many (a flood
         -- of them made the probe of the bounded walk below read 1,000 rows at every
@@ -46,7 +35,7 @@ lane_types AS (
             SELECT 1
             FROM (SELECT t FROM unnest(@only_types::text[]) AS t
                   UNION ALL
-                  SELECT aggregate_type FROM lane_types) ty(t)
+                  SELECT aggregate_type FROM types) ty(t)
             CROSS JOIN LATERAL (
                 SELECT 1 FROM (
                     SELECT e.available_at <= now() AND (@scope::int[] IS NULL OR e.partition * @partitions::int / 4096 = ANY(@scope::int[])) AS due,
